@@ -1,0 +1,102 @@
+"""The backend protocol, SGLang's wrapper-selection rule, and the CUDA-graph capture helper."""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from ..envflags import env_bool
+from ..inputs import Batch
+from ..spec import JobSpec
+
+USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
+PATH_PAGED = "paged"
+PATH_RAGGED = "ragged"
+PATH_RAGGED_PREFIX = "ragged+paged-prefix"
+
+
+class Unsupported(Exception):
+    """This backend cannot run this cell here (recorded as skipped, with the reason)."""
+
+
+class KnownBug(Exception):
+    """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
+
+
+@dataclass
+class Output:
+    out: torch.Tensor  # [tokens, Hq, D]
+    lse: torch.Tensor  # [tokens, Hq] float32, base 2
+    path: str
+    attn: str  # the kernel family that ran: fa2, fa3, torch-exact, ...
+    plan: Dict[str, object] = field(default_factory=dict)
+    kernels: List[str] = field(default_factory=list)
+    plan_ms: float = 0.0
+    run_ms: float = 0.0
+
+
+def sglang_use_ragged(use_paged: bool, deterministic: bool, mode: str) -> bool:
+    """FlashInferAttnBackend's rule: eager prefill vs CUDA-graph capture/replay."""
+    if mode == "cudagraph":
+        return not use_paged
+    return not deterministic and not use_paged
+
+
+def choose_path(use_paged: bool, deterministic: bool, mode: str, batch: Batch) -> str:
+    if not sglang_use_ragged(use_paged, deterministic, mode):
+        return PATH_PAGED
+    return PATH_RAGGED_PREFIX if batch.has_prefix else PATH_RAGGED
+
+
+class AttentionBackend(abc.ABC):
+    """Built once per task; reads its flags from the task's environment in __init__, as SGLang does."""
+
+    name: str = "?"
+
+    def __init__(self, spec: JobSpec, device: torch.device):
+        self.spec = spec
+        self.device = device
+        self.use_paged = env_bool(USE_PAGED_FLAG)
+        self.deterministic = spec.deterministic
+
+    def path_for(self, mode: str, batch: Batch) -> str:
+        return choose_path(self.use_paged, self.deterministic, mode, batch)
+
+    @abc.abstractmethod
+    def forward(self, batch: Batch, mode: str) -> Output:
+        """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
+    """Run fn, return (result, milliseconds), synchronising the device around it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return result, (time.perf_counter() - start) * 1e3
+
+
+def capture_and_replay(
+    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device
+) -> Tuple[Tuple[torch.Tensor, ...], float]:
+    """Warm fn up on a side stream, capture it in a CUDA graph, replay; (cloned outputs, replay ms)."""
+    if device.type != "cuda":
+        raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    for t in outputs:
+        t.fill_(float("nan"))  # replay must write every element it returns
+    _, ms = timed(graph.replay, device)
+    return tuple(t.clone() for t in outputs), ms

@@ -1,0 +1,37 @@
+"""Environment flags: SGLang's EnvBool parsing, strict (a bad value is an error)."""
+
+from __future__ import annotations
+
+import os
+
+TRUE_WORDS = ("true", "1", "yes", "y")
+FALSE_WORDS = ("false", "0", "no", "n")
+
+# Flags whose value SGLang parses as EnvBool; detrun validates them up front.
+BOOL_FLAGS = frozenset(
+    {
+        "SGLANG_FLASHINFER_USE_PAGED",
+        "SGLANG_ENABLE_DETERMINISTIC_INFERENCE",
+        "SGLANG_FLASHINFER_USE_TENSOR_CORE",
+    }
+)
+# Ray owns these: a spec that sets them would break one-task-one-GPU.
+FORBIDDEN_FLAGS = frozenset({"CUDA_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"})
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """Parse like SGLang's EnvBool, but raise instead of falling back to the default."""
+    low = str(value).strip().lower()
+    if low in TRUE_WORDS:
+        return True
+    if low in FALSE_WORDS:
+        return False
+    raise ValueError(
+        f"{name}={value!r} is not a boolean (use one of {', '.join(TRUE_WORDS + FALSE_WORDS)})"
+    )
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    """Read a boolean flag from this process's environment (once, at backend construction)."""
+    raw = os.environ.get(name)
+    return default if raw is None else parse_bool(name, raw)

@@ -1,0 +1,65 @@
+"""The environment fingerprint a task records in every row: host, GPU, driver, CUDA, versions, flags."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from typing import Dict, Iterable
+
+import torch
+
+from .envflags import BOOL_FLAGS
+
+# The fields that decide whether two runs may be compared bitwise (not host, node or UUID).
+FINGERPRINT_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "flashinfer", "flags")
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else ""
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return ""
+
+
+def seen_flags(names: Iterable[str]) -> Dict[str, str]:
+    """The flags as this process sees them (the spec's own, plus every known boolean flag)."""
+    return {k: os.environ[k] for k in sorted(set(names) | BOOL_FLAGS) if k in os.environ}
+
+
+def fingerprint_of(fields: Dict[str, object]) -> str:
+    key = json.dumps({k: fields.get(k, "") for k in FINGERPRINT_FIELDS}, sort_keys=True)
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+def environment(device: torch.device, flags: Dict[str, str]) -> Dict[str, object]:
+    env: Dict[str, object] = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "flashinfer": _version("flashinfer-python"),
+        "ray": _version("ray"),
+        "cuda": torch.version.cuda or "",
+        "flags": json.dumps(flags, sort_keys=True),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu_name=props.name, gpu_uuid=str(getattr(props, "uuid", "")),
+                   sm_count=props.multi_processor_count, driver=_driver())
+    else:
+        env.update(gpu_name=f"cpu:{platform.machine()}", gpu_uuid="", sm_count=0, driver="")
+    env["fingerprint"] = fingerprint_of(env)
+    return env

@@ -1,0 +1,174 @@
+"""Job specs: pydantic models of a job file and load_spec(path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
+from .errors import DetrunError
+
+Mode = Literal["eager", "cudagraph"]
+DType = Literal["bf16", "fp16", "fp32"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Heads(_Model):
+    qo: int = Field(ge=1)
+    kv: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _gqa(self) -> "Heads":
+        if self.qo % self.kv:
+            raise ValueError(f"qo heads ({self.qo}) must be a multiple of kv heads ({self.kv})")
+        return self
+
+
+class Request(_Model):
+    """One request: qo_len new tokens after prefix_len cached ones (prefix: content key)."""
+
+    qo_len: int = Field(ge=1)
+    prefix_len: int = Field(default=0, ge=0)
+    prefix: Optional[str] = None
+    copies: int = Field(default=1, ge=1, le=4096)
+
+
+class FlashInferOpts(_Model):
+    backend: Literal["fa2", "fa3", "auto"] = "fa2"
+    ragged_backend: Optional[Literal["fa2", "fa3", "auto"]] = None
+    disable_split_kv: bool = False
+    fixed_split_size: Optional[int] = Field(default=None, ge=1)
+    kv_layout: Literal["NHD", "HND"] = "NHD"
+    workspace_mb: int = Field(default=512, ge=16)
+    profile_kernels: bool = True
+
+
+class ReferenceOpts(_Model):
+    variant: Literal["exact", "split_kv", "canary"] = "exact"
+    kv_tile: int = Field(default=64, ge=1)
+    num_sms: int = Field(default=8, ge=1)
+
+
+class JobSpec(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    backend: Literal["auto", "flashinfer", "reference"] = "auto"
+    env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
+    deterministic: bool = False
+    modes: List[Mode] = Field(default_factory=lambda: ["eager", "cudagraph"], min_length=1)
+    dtype: DType = "bf16"
+    heads: Heads
+    head_dim: int = Field(ge=8, le=512)
+    page_size: int = Field(default=16, ge=1)
+    causal: bool = True
+    seed: int = 0
+    repeats: int = Field(default=2, ge=1)
+    repeats_per_task: Optional[int] = Field(default=None, ge=1)
+    requests: Dict[str, Request] = Field(min_length=1)  # names may not contain '#'
+
+    cases: Dict[str, List[str]] = Field(min_length=1)
+    flashinfer: FlashInferOpts = FlashInferOpts()
+    reference: ReferenceOpts = ReferenceOpts()
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: Dict[str, Union[str, int, bool]]) -> Dict[str, str]:
+        out = {}
+        for name, value in env.items():
+            if name in FORBIDDEN_FLAGS:
+                raise ValueError(f"{name} is set by Ray per task; a job spec may not set it")
+            text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            if name in BOOL_FLAGS:
+                parse_bool(name, text)
+            out[name] = text
+        return out
+
+    @field_validator("modes")
+    @classmethod
+    def _modes_unique(cls, modes: List[str]) -> List[str]:
+        if len(set(modes)) != len(modes):
+            raise ValueError("modes must not repeat")
+        return modes
+
+    @model_validator(mode="after")
+    def _cases(self) -> "JobSpec":
+        for case, names in self.cases.items():
+            if not names:
+                raise ValueError(f"cases.{case}: a case needs at least one request")
+            for name in names:
+                if name not in self.requests:
+                    raise ValueError(f"cases.{case}: unknown request {name!r}")
+            if len(set(names)) != len(names):
+                raise ValueError(f"cases.{case}: a request may appear once per case")
+        lens: Dict[str, int] = {}
+        for name in self.requests:
+            if "#" in name:
+                raise ValueError(f"requests.{name}: '#' is reserved for copies")
+        for name in (m for case in self.cases for m in self.members(case)):
+            key, plen = self.prefix_key(name), self.request(name).prefix_len
+            if lens.setdefault(key, plen) != plen:
+                raise ValueError(f"requests.{name}: prefix {key!r} used with two prefix_len values")
+        for case in self.cases:
+            names = self.members(case)
+            keys = [self.prefix_key(n) for n in names if self.request(n).prefix_len]
+            for key in {k for k in keys if keys.count(k) > 1}:
+                if lens[key] % self.page_size:
+                    raise ValueError(
+                        f"cases.{case}: shared prefix {key!r} needs prefix_len a multiple of page_size"
+                    )
+        return self
+
+    def members(self, case: str) -> List[str]:
+        """The requests of a case, copies expanded to name#0, name#1, ..."""
+        out = []
+        for name in self.cases[case]:
+            n = self.requests[name].copies
+            out.extend([name] if n == 1 else [f"{name}#{i}" for i in range(n)])
+        return out
+
+    def request(self, name: str) -> Request:
+        return self.requests[name.split("#", 1)[0]]
+
+    def prefix_key(self, name: str) -> str:
+        return self.request(name).prefix or name
+
+    @property
+    def bool_flags(self) -> Dict[str, bool]:
+        return {k: parse_bool(k, v) for k, v in self.env.items() if k in BOOL_FLAGS}
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
+    """Validate a parsed job file; raise DetrunError naming the source and field."""
+    if not isinstance(data, dict):
+        raise DetrunError(f"{source}: a job spec must be a mapping, got {type(data).__name__}")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise DetrunError(f"{source}: {_first_error(exc)}") from None
+
+
+def load_spec(path: Union[str, Path]) -> JobSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise DetrunError(f"{path}: cannot read job spec ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise DetrunError(f"{path}: not valid YAML{where}") from None
+    return spec_from_dict(data, str(path))

@@ -1,0 +1,210 @@
+"""The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
+
+Layout of a run under the runs root (a local path or any pyarrow.fs URI):
+  <run_id>/manifest.json            the spec it ran, GPU slots, status
+  <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
+  <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import uuid
+from datetime import datetime, timezone
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .errors import DetrunError
+
+SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("key", pa.string()),
+        ("case", pa.string()),
+        ("request", pa.string()),
+        ("mode", pa.string()),
+        ("repeat", pa.int32()),
+        ("slot", pa.int32()),
+        ("shard", pa.string()),
+        ("status", pa.string()),  # ok | skipped | known_bug | error
+        ("reason", pa.string()),
+        ("backend", pa.string()),
+        ("attn", pa.string()),
+        ("path", pa.string()),
+        ("use_paged", pa.bool_()),
+        ("out_digest", pa.string()),
+        ("out_dtype", pa.string()),
+        ("out_shape", pa.list_(pa.int64())),
+        ("lse_digest", pa.string()),
+        ("lse_dtype", pa.string()),
+        ("lse_shape", pa.list_(pa.int64())),
+        ("plan", pa.string()),  # JSON
+        ("kernels", pa.list_(pa.string())),
+        ("plan_ms", pa.float64()),
+        ("run_ms", pa.float64()),
+        ("flags", pa.string()),  # JSON, as the task saw them
+        ("host", pa.string()),
+        ("node_id", pa.string()),
+        ("gpu_name", pa.string()),
+        ("gpu_uuid", pa.string()),
+        ("sm_count", pa.int32()),
+        ("driver", pa.string()),
+        ("cuda", pa.string()),
+        ("torch", pa.string()),
+        ("flashinfer", pa.string()),
+        ("ray", pa.string()),
+        ("python", pa.string()),
+        ("fingerprint", pa.string()),
+        ("pid", pa.int64()),
+        ("attempt", pa.int32()),
+    ]
+)
+STATUSES = ("ok", "skipped", "known_bug", "error")
+_DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
+
+
+def make_row(**fields) -> Dict[str, object]:
+    """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
+    names = set(SCHEMA.names)
+    unknown = set(fields) - names
+    if unknown:
+        raise KeyError(f"not in the row schema: {sorted(unknown)}")
+    if fields.get("status", "ok") not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}")
+    row = {}
+    for f in SCHEMA:
+        if f.name in fields:
+            row[f.name] = fields[f.name]
+        else:
+            row[f.name] = [] if pa.types.is_list(f.type) else _DEFAULTS[f.type]
+    row["status"] = row["status"] or "ok"
+    return row
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+class RunStore:
+    """A runs root: create runs, write shards and blobs atomically, read them back."""
+
+    def __init__(self, root: str):
+        if "://" in root:
+            self.fs, self.base = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
+        self.root = root
+
+    def _p(self, *parts: str) -> str:
+        return posixpath.join(self.base, *parts)
+
+    def _write_atomic(self, path: str, data: bytes) -> None:
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        self.fs.move(tmp, path)
+
+    def _exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    # -- manifests
+    def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "") -> dict:
+        if self._exists(self._p(run_id)):
+            raise DetrunError(f"run {run_id} already exists under {self.root}")
+        manifest = {
+            "run_id": run_id,
+            "spec": spec,
+            "spec_path": spec_path,
+            "gpus": gpus,
+            "status": "running",
+            "created": datetime.now(timezone.utc).isoformat(),
+        }
+        self.write_manifest(manifest)
+        return manifest
+
+    def write_manifest(self, manifest: dict) -> None:
+        data = json.dumps(manifest, indent=2, sort_keys=True).encode()
+        self._write_atomic(self._p(manifest["run_id"], "manifest.json"), data)
+
+    def manifest(self, run_id: str) -> dict:
+        path = self._p(run_id, "manifest.json")
+        if not self._exists(path):
+            raise DetrunError(f"no run {run_id!r} under {self.root} (no {path})")
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return json.loads(f.read())
+        except (ValueError, OSError) as exc:
+            raise DetrunError(f"{path}: unreadable manifest ({exc})") from None
+
+    def finish_run(self, run_id: str, status: str, **extra) -> None:
+        manifest = self.manifest(run_id)
+        manifest.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **extra)
+        self.write_manifest(manifest)
+
+    def list_runs(self) -> List[str]:
+        if not self._exists(self.base):
+            return []
+        sel = pafs.FileSelector(self.base, recursive=False)
+        infos = self.fs.get_file_info(sel)
+        runs = [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+        return sorted(r for r in runs if self._exists(self._p(r, "manifest.json")))
+
+    # -- rows
+    def write_rows(self, run_id: str, shard: str, rows: Sequence[dict]) -> str:
+        table = pa.Table.from_pylist([make_row(**r) for r in rows], schema=SCHEMA)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        path = self._p(run_id, "rows", f"part-{shard}.parquet")
+        self._write_atomic(path, sink.getvalue().to_pybytes())
+        return path
+
+    def row_files(self, run_id: str) -> List[str]:
+        rows_dir = self._p(run_id, "rows")
+        if not self._exists(rows_dir):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(rows_dir))
+        return sorted(i.path for i in infos if i.path.endswith(".parquet"))
+
+    def read_rows(self, run_ids: Iterable[str]) -> pa.Table:
+        tables = []
+        for run_id in run_ids:
+            self.manifest(run_id)
+            for path in self.row_files(run_id):
+                try:
+                    tables.append(pq.read_table(path, filesystem=self.fs, schema=SCHEMA))
+                except (pa.ArrowException, OSError) as exc:
+                    raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+        return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+    # -- blobs
+    def write_blobs(self, run_id: str, blobs: Dict[str, bytes]) -> None:
+        for digest, data in blobs.items():
+            path = self._p(run_id, "blobs", f"{digest}.bin")
+            if not self._exists(path):
+                self._write_atomic(path, data)
+
+    def read_blob(self, run_ids: Iterable[str], digest: str) -> Optional[bytes]:
+        for run_id in run_ids:
+            path = self._p(run_id, "blobs", f"{digest}.bin")
+            if self._exists(path):
+                with self.fs.open_input_stream(path) as f:
+                    return f.read()
+        return None
+
+
+def run_dirs(root: str, run_ids: Sequence[str]) -> Tuple[RunStore, List[str]]:
+    """Accept run ids under root, or paths to run directories (their parent becomes the root)."""
+    store, ids = RunStore(root), []
+    for rid in run_ids:
+        if os.sep in rid and os.path.isfile(os.path.join(rid, "manifest.json")):
+            parent, rid = os.path.split(os.path.abspath(rid.rstrip(os.sep)))
+            store = RunStore(parent)
+        ids.append(rid)
+    return store, ids

@@ -1,0 +1,118 @@
+"""What one task does on its GPU: build the backend once, run its cells, digest on the device.
+
+Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import traceback
+from typing import Dict, List, Optional
+
+import torch
+
+from .backends.base import AttentionBackend, KnownBug, Output, Unsupported
+from .digest import dtype_name, tensor_bytes, tensor_digest
+from .envinfo import environment, seen_flags
+from .inputs import build_batch
+from .matrix import Cell, Shard, cells_for, row_key
+from .spec import JobSpec, spec_from_dict
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def resolve_backend(spec: JobSpec, device: torch.device) -> tuple[str, str]:
+    """(backend name, note): auto is flashinfer where CUDA and flashinfer are both there."""
+    if spec.backend != "auto":
+        return spec.backend, ""
+    if device.type != "cuda":
+        return "reference", "backend auto -> reference (no CUDA device in the task)"
+    if importlib.util.find_spec("flashinfer") is None:
+        return "reference", "backend auto -> reference (flashinfer is not installed)"
+    return "flashinfer", "backend auto -> flashinfer"
+
+
+def make_backend(name: str, spec: JobSpec, device: torch.device) -> AttentionBackend:
+    if name == "reference":
+        from .backends.reference import ReferenceBackend
+
+        return ReferenceBackend(spec, device)
+    from .backends.flashinfer import FlashInferBackend  # imported only here, inside a task
+
+    return FlashInferBackend(spec, device)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+class ShardRunner:
+    """Runs one shard's cells and collects rows and first-seen tensor bytes."""
+
+    def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
+        self.spec, self.shard, self.run_id = spec, shard, run_id
+        self.device = pick_device()
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)  # CPU BLAS results can depend on the thread count
+        self.backend_name, self.note = resolve_backend(spec, self.device)
+        self.backend = make_backend(self.backend_name, spec, self.device)
+        flags = seen_flags(spec.env)
+        self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
+                           backend=self.backend_name, use_paged=self.backend.use_paged,
+                           pid=os.getpid(), **(context or {}), **environment(self.device, flags))
+        self.rows: List[dict] = []
+        self.blobs: Dict[str, bytes] = {}
+        self.poisoned: Optional[str] = None
+
+    def _keep(self, t: torch.Tensor) -> tuple[str, str, list]:
+        digest = tensor_digest(t)
+        if digest not in self.blobs:
+            self.blobs[digest] = tensor_bytes(t)
+        return digest, dtype_name(t), list(t.shape)
+
+    def _rows(self, cell: Cell, batch, status: str, reason: str = "", output: Optional[Output] = None):
+        for i, request in enumerate(batch.requests):
+            row = dict(self.common, key=row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot),
+                       case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat,
+                       status=status, reason=reason)
+            if output is not None:
+                span = batch.span(i)
+                row["out_digest"], row["out_dtype"], row["out_shape"] = self._keep(output.out[span])
+                row["lse_digest"], row["lse_dtype"], row["lse_shape"] = self._keep(output.lse[span])
+                row.update(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
+                           kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
+            self.rows.append(row)
+
+    def run(self) -> dict:
+        batches = {}
+        for cell in cells_for(self.spec, self.shard.repeats):
+            if cell.case not in batches:
+                batches[cell.case] = build_batch(self.spec, cell.case, self.device)
+            batch = batches[cell.case]
+            if self.poisoned:
+                self._rows(cell, batch, "error", f"not run: {self.poisoned}")
+                continue
+            try:
+                output = self.backend.forward(batch, cell.mode)
+            except Unsupported as exc:
+                self._rows(cell, batch, "skipped", str(exc))
+            except KnownBug as exc:
+                self._rows(cell, batch, "known_bug", str(exc))
+            except Exception as exc:  # a kernel failure is a result of this cell, not of the run
+                reason = _first_line(exc)
+                self._rows(cell, batch, "error", reason)
+                if self.device.type == "cuda" and "CUDA" in str(exc):
+                    self.poisoned = f"CUDA context lost after {cell.case}/{cell.mode}: {reason}"
+                traceback.print_exc()
+            else:
+                self._rows(cell, batch, "ok", output=output)
+        return {"rows": self.rows, "blobs": self.blobs, "note": self.note}
+
+
+def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
+    return ShardRunner(spec_from_dict(spec_data), shard, run_id, context).run()

@@ -1,0 +1,99 @@
+"""Small specs and run helpers shared by the tests (tiny shapes: CPU seconds, not minutes)."""
+
+from __future__ import annotations
+
+import copy
+
+import pyarrow.parquet as pq
+import torch
+
+from detrun.digest import tensor_digest
+from detrun.matrix import shards
+from detrun.spec import spec_from_dict
+from detrun.store import RunStore
+from detrun.worker import run_shard
+
+SMALL = {
+    "name": "small",
+    "backend": "reference",
+    "env": {"SGLANG_FLASHINFER_USE_PAGED": "1"},
+    "modes": ["eager", "cudagraph"],
+    "dtype": "bf16",
+    "heads": {"qo": 4, "kv": 2},
+    "head_dim": 32,
+    "page_size": 4,
+    "seed": 7,
+    "repeats": 2,
+    "requests": {
+        "target": {"qo_len": 21},
+        "target_p": {"qo_len": 10, "prefix_len": 16},
+        "sibling": {"qo_len": 5, "prefix_len": 16, "prefix": "target_p"},
+        "short": {"qo_len": 3},
+        "long": {"qo_len": 70},
+        "decode": {"qo_len": 1, "prefix_len": 9, "copies": 3},
+    },
+    "cases": {
+        "alone": ["target"],
+        "mixed": ["short", "target", "long"],
+        "mixed_decode": ["target", "decode"],
+        "prefix_alone": ["target_p"],
+        "prefix_shared": ["target_p", "sibling"],
+    },
+}
+
+
+def small(**overrides):
+    data = copy.deepcopy(SMALL)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict) and key not in ("requests", "cases", "env"):
+            data[key].update(value)
+        else:
+            data[key] = value
+    return data
+
+
+def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
+    """A run without Ray: every shard in this process (tests of store and compare)."""
+    spec = spec_from_dict(data)
+    store.create_run(run_id, spec.model_dump(mode="json"), gpus)
+    for shard in shards(spec, gpus):
+        out = run_shard(spec.model_dump(mode="json"), shard, run_id)
+        store.write_blobs(run_id, out["blobs"])
+        store.write_rows(run_id, shard.shard_id, out["rows"])
+    store.finish_run(run_id, "complete")
+    return run_id
+
+
+_TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_INT = {2: torch.int16, 4: torch.int32}
+
+
+def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
+    """Flip the lowest bit of element 0 of one stored output; rewrite its blob and row. Returns the row."""
+    for path in store.row_files(run_id):
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        for row in rows:
+            if row["status"] == "ok" and match(row):
+                raw = bytearray(store.read_blob([run_id], row["out_digest"]))
+                raw[0] ^= 1
+                dtype = _TORCH[row["out_dtype"]]
+                t = torch.frombuffer(raw, dtype=_INT[torch.empty(0, dtype=dtype).element_size()])
+                t = t.view(dtype).reshape(row["out_shape"])
+                row["out_digest"] = tensor_digest(t)
+                store.write_blobs(run_id, {row["out_digest"]: bytes(raw)})
+                shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
+                store.write_rows(run_id, shard, rows)
+                return row
+    raise AssertionError("no row matched")
+
+
+def drop_row(store: RunStore, run_id: str, match) -> dict:
+    for path in store.row_files(run_id):
+        rows = pq.read_table(path).to_pylist()
+        keep = [r for r in rows if not match(r)]
+        if len(keep) < len(rows):
+            shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
+            store.write_rows(run_id, shard, keep)
+            return next(r for r in rows if match(r))
+    raise AssertionError("no row matched")

@@ -1,0 +1,84 @@
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from detrun.cli import app
+from detrun.errors import DetrunError
+from detrun.matrix import expected_keys, shards
+from detrun.spec import load_spec, spec_from_dict
+from tests.helpers import small
+
+
+@pytest.mark.parametrize("job", ["jobs/paged.yaml", "jobs/ragged.yaml"])
+def test_shipped_jobs_load(job):
+    spec = load_spec(job)
+    assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is (job == "jobs/paged.yaml")
+    assert len(spec.members("mixed_decode")) == 17
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"env": {"SGLANG_FLASHINFER_USE_PAGED": "maybe"}}, "SGLANG_FLASHINFER_USE_PAGED='maybe' is not a boolean"),
+        ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "CUDA_VISIBLE_DEVICES is set by Ray"),
+        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+        ({"modes": ["eager", "graph"]}, "modes.1"),
+        ({"heads": {"qo": 6, "kv": 4}}, "multiple of kv heads"),
+        ({"cases": {"x": ["nobody"]}}, "cases.x: unknown request 'nobody'"),
+        ({"page_size": 5}, "shared prefix 'target_p' needs prefix_len a multiple of page_size"),
+        ({"repeats": 0}, "repeats: Input should be greater than or equal to 1"),
+    ],
+)
+def test_bad_spec_names_field(change, needle):
+    with pytest.raises(DetrunError) as err:
+        spec_from_dict(small(**change), "jobs/bad.yaml")
+    assert str(err.value).startswith("jobs/bad.yaml: ")
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("word, value", [("yes", True), ("Y", True), ("0", False), ("false", False)])
+def test_envbool_words(word, value):
+    spec = spec_from_dict(small(env={"SGLANG_FLASHINFER_USE_PAGED": word}))
+    assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is value
+
+
+def test_yaml_bool_is_normalised():
+    spec = spec_from_dict(small(env={"SGLANG_FLASHINFER_USE_PAGED": True}))
+    assert spec.env["SGLANG_FLASHINFER_USE_PAGED"] == "1"
+
+
+def test_bad_file_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(textwrap.dedent("""
+        name: x
+        heads: {qo: 4, kv: 2}
+        head_dim: 32
+        env: {SGLANG_FLASHINFER_USE_PAGED: perhaps}
+        requests: {a: {qo_len: 3}}
+        cases: {c: [a]}
+    """))
+    result = CliRunner().invoke(app, ["submit", str(bad), "--runs-root", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(bad) in lines[0] and "env: SGLANG_FLASHINFER_USE_PAGED=" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unparsable_and_missing_files(tmp_path):
+    bad = tmp_path / "b.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(DetrunError, match="not valid YAML at line"):
+        load_spec(bad)
+    with pytest.raises(DetrunError, match="cannot read job spec"):
+        load_spec(tmp_path / "none.yaml")
+
+
+def test_matrix_shards_and_expected_cells():
+    spec = spec_from_dict(small(repeats=3, repeats_per_task=2))
+    got = shards(spec, 2)
+    assert [(s.slot, s.repeats) for s in got] == [(0, (0, 1)), (0, (2,)), (1, (0, 1)), (1, (2,))]
+    keys = expected_keys(spec, 2)
+    per_pass = sum(len(spec.members(c)) for c in spec.cases) * len(spec.modes)
+    assert len(keys) == len(set(keys)) == per_pass * 3 * 2
