@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+from unittest import mock
 
 import pyarrow.parquet as pq
 import torch
@@ -57,7 +59,8 @@ def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
     spec = spec_from_dict(data)
     store.create_run(run_id, spec.model_dump(mode="json"), gpus)
     for shard in shards(spec, gpus):
-        out = run_shard(spec.model_dump(mode="json"), shard, run_id)
+        with mock.patch.dict(os.environ, spec.env):  # what runtime_env does for a Ray task
+            out = run_shard(spec.model_dump(mode="json"), shard, run_id)
         store.write_blobs(run_id, out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
     store.finish_run(run_id, "complete")

@@ -1,0 +1,94 @@
+"""compare over stored runs (made in-process, no Ray): passes, and fails where it must."""
+
+import pytest
+
+from detrun.compare import compare_runs
+from detrun.store import RunStore
+from tests.helpers import drop_row, flip_one_ulp, run_inline, small
+
+FAST = dict(modes=["eager"], repeats=2)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(str(tmp_path / "runs"))
+
+
+def test_reproducible_run_passes(store):
+    run_inline(store, small(**FAST), "r1", gpus=2)
+    cmp = compare_runs(store, ["r1"])
+    assert cmp.exit_code == 0 and not cmp.missing
+    status = {(v.request, v.axis): v.status for v in cmp.verdicts}
+    assert status[("target", "repeat")] == status[("target", "gpu")] == status[("target", "batch")] == "equal"
+
+
+def test_one_ulp_flip_fails_with_numbers(store):
+    run_inline(store, small(**FAST), "r1")
+    flipped = flip_one_ulp(store, "r1", lambda r: r["request"] == "target" and r["repeat"] == 1)
+    cmp = compare_runs(store, ["r1"])
+    assert cmp.exit_code == 1
+    m = next(m for m in cmp.mismatches if m.axis == "repeat")
+    assert m.request == "target" and flipped["key"] in (m.a + m.b)
+    assert (m.out.count, m.out.max_ulp, m.out.first_index) == (1, 1, (0, 0, 0))
+    assert m.lse is None  # only the output was touched
+    assert m.why == ["unexplained: same plan, path and environment"]
+
+
+def test_missing_row_is_a_failure(store):
+    run_inline(store, small(**FAST), "r1")
+    gone = drop_row(store, "r1", lambda r: r["key"] == "mixed/long/eager/r0/g0")
+    cmp = compare_runs(store, ["r1"])
+    assert cmp.exit_code == 1
+    assert cmp.missing == [f"r1:{gone['key']}"]
+
+
+def test_duplicate_rows_are_a_failure(store):
+    run_inline(store, small(**FAST), "r1")
+    rows = store.read_rows(["r1"]).to_pylist()
+    store.write_rows("r1", "extra", rows[:1])
+    assert compare_runs(store, ["r1"]).duplicates == [f"r1:{rows[0]['key']} x2"]
+
+
+def test_canary_is_flagged(store):
+    run_inline(store, small(reference={"variant": "canary"}, **FAST), "c1")
+    cmp = compare_runs(store, ["c1"])
+    assert cmp.exit_code == 1
+    assert any(v.axis == "repeat" and v.status == "differs" for v in cmp.verdicts)
+
+
+def test_split_kv_differs_across_batches_and_says_why(store):
+    run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4, "num_sms": 4}, **FAST), "s1")
+    cmp = compare_runs(store, ["s1"])
+    assert cmp.exit_code == 1
+    status = {(v.request, v.axis): v.status for v in cmp.verdicts}
+    assert status[("target", "repeat")] == "equal" and status[("target", "batch")] == "differs"
+    m = next(m for m in cmp.mismatches if m.request == "target" and m.axis == "batch")
+    assert any(w.startswith("plan.kv_chunk_size:") for w in m.why)
+    assert m.out.count > 0 and m.out.max_ulp >= 1
+
+
+def test_runs_compared_across_wrappers(store):
+    run_inline(store, small(**FAST), "paged")
+    run_inline(store, small(env={"SGLANG_FLASHINFER_USE_PAGED": "0"}, **FAST), "ragged")
+    cmp = compare_runs(store, ["paged", "ragged"])
+    status = {(v.request, v.axis): v.status for v in cmp.verdicts}
+    assert status[("target", "run")] == "equal"  # no prefix: paged and ragged agree bitwise
+    assert status[("target_p", "run")] == "differs"  # ragged + paged prefix merges two partials
+    m = next(m for m in cmp.mismatches if m.request == "target_p")
+    assert "path: paged vs ragged+paged-prefix" in m.why
+
+
+def test_cudagraph_on_cpu_is_skipped_not_passed(store):
+    run_inline(store, small(modes=["eager", "cudagraph"], repeats=1), "g1")
+    cmp = compare_runs(store, ["g1"])
+    assert cmp.exit_code == 0
+    skipped = [s for s in cmp.not_run if "/cudagraph/" in s[0]]
+    assert skipped and all(st == "skipped" and "needs a CUDA device" in why for _, st, why in skipped)
+    assert all(v.status == "n/a" for v in cmp.verdicts if v.axis == "mode")
+
+
+def test_unknown_run_is_a_usage_error(store):
+    from detrun.errors import DetrunError
+
+    with pytest.raises(DetrunError, match="no run 'nope'"):
+        compare_runs(store, ["nope"])

@@ -1,0 +1,86 @@
+"""The Ray path end to end, on one shared local Ray with 2 declared GPUs."""
+
+import json
+import os
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from detrun import runner
+from detrun.cli import app
+from detrun.compare import compare_runs
+from detrun.spec import spec_from_dict
+from detrun.store import RunStore
+from tests.helpers import small
+
+FLAG = "SGLANG_FLASHINFER_USE_PAGED"
+
+
+@pytest.fixture(autouse=True)
+def no_flag_in_driver(monkeypatch):
+    monkeypatch.delenv(FLAG, raising=False)
+
+
+def test_flag_reaches_task_only_through_runtime_env(ray_2gpu):
+    @ray_2gpu.remote(num_gpus=1)
+    def probe():
+        from detrun.backends.reference import ReferenceBackend
+
+        seen = os.environ.get(FLAG)
+        assert seen == "1", f"task saw {seen!r}"
+        return ReferenceBackend(spec_from_dict(small()), __import__("torch").device("cpu")).use_paged
+
+    assert ray_2gpu.get(probe.options(runtime_env={"env_vars": {FLAG: "1"}}).remote()) is True
+
+    @ray_2gpu.remote(num_gpus=1)
+    def bare():
+        return os.environ.get(FLAG)
+
+    assert ray_2gpu.get(bare.remote()) is None
+
+
+def test_submit_two_gpu_slots(ray_2gpu, tmp_path):
+    store = RunStore(str(tmp_path))
+    slots = runner.connect(gpus=2)
+    spec = spec_from_dict(small(modes=["eager"], repeats=2))
+    result = runner.submit(spec, store, slots)
+    assert not result.failures and result.notes == []  # backend reference: no auto note
+    rows = store.read_rows([result.run_id]).to_pylist()
+    assert {r["slot"] for r in rows} == {0, 1}
+    assert len({r["pid"] for r in rows}) == 2  # one fresh worker per task
+    assert all(json.loads(r["flags"])[FLAG] == "1" and r["use_paged"] for r in rows)
+    assert all(r["path"] == "paged" and r["node_id"] for r in rows)
+    cmp = compare_runs(store, [result.run_id])
+    assert cmp.exit_code == 0
+    assert {v.status for v in cmp.verdicts if v.axis == "gpu"} == {"equal"}
+    assert store.manifest(result.run_id)["status"] == "complete"
+
+
+def _job(tmp_path, **overrides):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(small(modes=["eager"], repeats=2, **overrides)))
+    return str(path)
+
+
+def test_cli_submit_passes_and_stores_parquet(ray_2gpu, tmp_path):
+    out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--runs-root", str(tmp_path / "runs")])
+    assert out.exit_code == 0, out.output
+    assert "REPRODUCIBLE" in out.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert list((run_dir / "rows").glob("part-*.parquet"))
+    again = CliRunner().invoke(app, ["compare", run_dir.name, "--runs-root", str(tmp_path / "runs")])
+    assert again.exit_code == 0
+
+
+def test_cli_canary_exits_1(ray_2gpu, tmp_path):
+    job = _job(tmp_path, reference={"variant": "canary"})
+    out = CliRunner().invoke(app, ["submit", job, "--runs-root", str(tmp_path / "runs"), "--gpus", "1"])
+    assert out.exit_code == 1, out.output
+    assert "DETERMINISM FAILURE" in out.output
+
+
+def test_cli_too_many_gpus_exits_2(ray_2gpu, tmp_path):
+    out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--gpus", "3", "--runs-root", str(tmp_path)])
+    assert out.exit_code == 2
+    assert "has 2 GPU slot(s)" in out.output
