@@ -61,12 +61,14 @@ def submit(
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local Ray)")] = None,
     runs_root: RunsRoot = "runs",
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: <name>-<UTC time>-<hex>)")] = None,
+    overrides: Annotated[Optional[List[str]], typer.Option(
+        "--set", help="Override a spec field: KEY.PATH=VALUE (repeatable)")] = None,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare."""
     from .spec import load_spec
     from .store import RunStore
 
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides)
     store = RunStore(runs_root)
     from . import runner
 

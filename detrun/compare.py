@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .audit import audit_kernels
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .matrix import expected_keys
@@ -53,12 +54,13 @@ class Comparison:
     not_run: List[Tuple[str, str, str]] = field(default_factory=list)  # (id, status, reason)
     errors: List[Tuple[str, str]] = field(default_factory=list)
     incomplete_runs: List[str] = field(default_factory=list)
+    audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
 
     @property
     def failed(self) -> bool:
         return bool(
             any(v.status == "differs" for v in self.verdicts)
-            or self.missing or self.duplicates or self.errors
+            or self.missing or self.duplicates or self.errors or self.audit
         )
 
     @property
@@ -123,6 +125,9 @@ def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3) -> 
         ident = f"{r['run_id']}:{r['key']}"
         if r["status"] == "ok":
             ok.append(r)
+            problem = audit_kernels(r["path"], r["kernels"])
+            if problem:
+                result.audit.append(f"{ident}: {problem}")
         elif r["status"] == "error":
             result.errors.append((ident, r["reason"]))
         else:

@@ -68,6 +68,7 @@ def print_comparison(cmp: Comparison, console: Console) -> None:
         console.print(f"... and {len(cmp.mismatches) - _MISMATCH_MAX} more mismatches")
     _listing(console, "missing cells (a failure)", cmp.missing, "bold red")
     _listing(console, "duplicate rows (a failure)", cmp.duplicates, "bold red")
+    _listing(console, "kernel audit failures (a failure)", cmp.audit, "bold red")
     _listing(console, "cells that errored (a failure)", [f"{k}: {r}" for k, r in cmp.errors], "bold red")
     not_run = defaultdict(list)
     for ident, status, reason in cmp.not_run:

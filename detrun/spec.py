@@ -159,7 +159,23 @@ def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
         raise DetrunError(f"{source}: {_first_error(exc)}") from None
 
 
-def load_spec(path: Union[str, Path]) -> JobSpec:
+def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:
+    """Apply KEY.PATH=VALUE overrides (VALUE read as YAML) to a parsed job file."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise DetrunError(f"--set {item!r}: expected KEY=VALUE (e.g. flashinfer.backend=fa3)")
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise DetrunError(f"{source}: --set {key}: {part} is not a mapping")
+        node[leaf] = yaml.safe_load(raw)
+    return data
+
+
+def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> JobSpec:
     path = Path(path)
     try:
         text = path.read_text()
@@ -171,4 +187,6 @@ def load_spec(path: Union[str, Path]) -> JobSpec:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise DetrunError(f"{path}: not valid YAML{where}") from None
+    if overrides and isinstance(data, dict):
+        data = apply_overrides(data, overrides, str(path))
     return spec_from_dict(data, str(path))

@@ -92,3 +92,28 @@ def test_unknown_run_is_a_usage_error(store):
 
     with pytest.raises(DetrunError, match="no run 'nope'"):
         compare_runs(store, ["nope"])
+
+
+def test_kernel_audit_fails_a_ragged_kernel_on_the_paged_path():
+    from detrun.audit import audit_kernels
+
+    paged = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128, 4>"
+    ragged = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<128, 4>"
+    fa3_ragged = "flashinfer::PrefillWithKVCacheKernel<flashinfer::CollectiveMainloop<RaggedParams, 128>>"
+    assert audit_kernels("paged", [paged, "Memset (Device)"]) is None
+    assert "ragged kernel ran" in audit_kernels("paged", [paged, ragged])
+    assert "ragged kernel ran" in audit_kernels("paged", [fa3_ragged])
+    assert audit_kernels("ragged", [ragged]) is None
+    assert audit_kernels("ragged", [paged]) == "path ragged but no ragged kernel ran"
+    assert audit_kernels("ragged+paged-prefix", [ragged]) == "path ragged+paged-prefix but no paged kernel ran"
+    assert audit_kernels("paged", ["reference.exact.paged"]) is None
+
+
+def test_audit_failure_fails_compare(store):
+    run_inline(store, small(**FAST), "a1")
+    rows = store.read_rows(["a1"]).to_pylist()
+    for r in rows:
+        r["kernels"] = ["flashinfer::BatchPrefillWithRaggedKVCacheKernel<128>"]
+    store.write_rows("a1", "g0-r0-1", rows)
+    cmp = compare_runs(store, ["a1"])
+    assert cmp.exit_code == 1 and len(cmp.audit) == len(rows)

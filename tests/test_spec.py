@@ -82,3 +82,12 @@ def test_matrix_shards_and_expected_cells():
     keys = expected_keys(spec, 2)
     per_pass = sum(len(spec.members(c)) for c in spec.cases) * len(spec.modes)
     assert len(keys) == len(set(keys)) == per_pass * 3 * 2
+
+
+def test_set_overrides(tmp_path):
+    spec = load_spec("jobs/paged.yaml", ["name=paged-fa3", "flashinfer.backend=fa3", "repeats=3"])
+    assert (spec.name, spec.flashinfer.backend, spec.repeats) == ("paged-fa3", "fa3", 3)
+    with pytest.raises(DetrunError, match="expected KEY=VALUE"):
+        load_spec("jobs/paged.yaml", ["flashinfer.backend"])
+    with pytest.raises(DetrunError, match="flashinfer.backend: Input should be"):
+        load_spec("jobs/paged.yaml", ["flashinfer.backend=fa9"])

@@ -1,0 +1,30 @@
+"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+
+def is_ragged_kernel(name: str) -> bool:
+    """FlashInfer's ragged prefill kernels: FA2 BatchPrefillWithRaggedKVCacheKernel, FA3 RaggedParams."""
+    return "RaggedKVCache" in name or "RaggedParams" in name
+
+
+def is_paged_kernel(name: str) -> bool:
+    return "PagedKVCache" in name or "PagedParams" in name
+
+
+def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
+    """None if the kernels fit the path; else what is wrong. Rows without recorded kernels pass."""
+    names = [k for k in kernels if k.startswith("flashinfer::") or "flashinfer" in k]
+    if not names:
+        return None
+    ragged = [k for k in names if is_ragged_kernel(k)]
+    paged = [k for k in names if is_paged_kernel(k)]
+    if path == "paged" and ragged:
+        return f"path paged but a ragged kernel ran: {ragged[0][:120]}"
+    if path.startswith("ragged") and not ragged:
+        return "path ragged but no ragged kernel ran"
+    if path in ("paged", "ragged+paged-prefix") and not paged:
+        return f"path {path} but no paged kernel ran"
+    return None

@@ -1,0 +1,210 @@
+"""FlashInfer prefill with SGLang's wrapper selection (imported only inside a GPU task).
+
+Mirrors FlashInferAttnBackend: one float workspace per backend, `use_paged` read in __init__ before
+it is allocated; eager wrappers built once and re-planned per batch; CUDA-graph wrappers with fixed
+int32 index buffers, plan() outside capture, warm-up on a side stream, capture of run(), replay.
+The ragged path over a batch with a cached prefix is ragged (new tokens, causal) + paged (prefix,
+non-causal) + merge_state, as SGLang's forward_extend does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, List, Tuple
+
+import torch
+from packaging.version import Version
+
+from ..inputs import DTYPES, Batch, PageTable
+from .base import (
+    PATH_PAGED,
+    PATH_RAGGED_PREFIX,
+    AttentionBackend,
+    KnownBug,
+    Output,
+    Unsupported,
+    capture_and_replay,
+    timed,
+)
+
+# flashinfer PrefillPlanInfo::ToVector() order (FA2).
+FA2_PLAN_FIELDS = (
+    "padded_batch_size", "total_num_rows", "total_num_rows_offset", "cta_tile_q",
+    "request_indices_offset", "qo_tile_indices_offset", "kv_tile_indices_offset",
+    "merge_indptr_offset", "o_indptr_offset", "kv_chunk_size_ptr_offset", "v_offset", "s_offset",
+    "block_valid_mask_offset", "enable_cuda_graph", "split_kv",
+)
+# Fields that decide the arithmetic; byte offsets into the workspace are left out.
+FA2_PLAN_KEEP = ("padded_batch_size", "total_num_rows", "cta_tile_q", "enable_cuda_graph", "split_kv")
+# PR #5176 (block_valid_mask for padded CUDA-graph launches) is not in 0.6.7.post3.
+PADDED_CTA_FIX = Version("0.7.2")
+
+
+class FlashInferBackend(AttentionBackend):
+    name = "flashinfer"
+
+    def __init__(self, spec, device):
+        super().__init__(spec, device)  # reads SGLANG_FLASHINFER_USE_PAGED first, as SGLang does
+        import flashinfer
+
+        self.fi = flashinfer
+        self.version = Version(flashinfer.__version__)
+        self.opts = spec.flashinfer
+        self.dtype = DTYPES[spec.dtype]
+        self.scale = 1.0 / math.sqrt(spec.head_dim)
+        self.workspace = torch.empty(self.opts.workspace_mb << 20, dtype=torch.uint8, device=device)
+        self.paged_backend = self.opts.backend
+        self.ragged_backend = self.opts.ragged_backend or self.opts.backend
+        layout = self.opts.kv_layout
+        self.eager_paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, layout, backend=self.paged_backend)
+        self.eager_ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+            self.workspace, layout, backend=self.ragged_backend)
+        self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._profiled: set = set()
+
+    # -- planning
+    def _split_args(self) -> dict:
+        return dict(fixed_split_size=self.opts.fixed_split_size, disable_split_kv=self.opts.disable_split_kv)
+
+    def _plan_paged(self, w, batch: Batch, table: PageTable, causal: bool) -> None:
+        s = self.spec
+        w.plan(batch.qo_indptr, table.indptr, table.indices, table.last_page_len,
+               s.heads.qo, s.heads.kv, s.head_dim, s.page_size, causal=causal, sm_scale=self.scale,
+               q_data_type=self.dtype, kv_data_type=self.dtype, **self._split_args())
+
+    def _plan_ragged(self, w, batch: Batch) -> None:
+        s = self.spec
+        w.plan(batch.qo_indptr, batch.qo_indptr, s.heads.qo, s.heads.kv, s.head_dim,
+               causal=s.causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+               **self._split_args())
+
+    def _cache(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.opts.kv_layout == "NHD":
+            return batch.k_cache, batch.v_cache
+        key = id(batch)
+        if key not in self._caches:
+            self._caches[key] = (batch.k_cache.transpose(1, 2).contiguous(),
+                                 batch.v_cache.transpose(1, 2).contiguous())
+        return self._caches[key]
+
+    @staticmethod
+    def plan_of(w) -> Dict[str, object]:
+        backend = getattr(w, "_backend", "?")
+        info = [int(x) for x in (w._plan_info or [])]
+        plan: Dict[str, object] = {"backend": backend}
+        if backend == "fa2" and len(info) == len(FA2_PLAN_FIELDS):
+            named = dict(zip(FA2_PLAN_FIELDS, info))
+            plan.update({k: named[k] for k in FA2_PLAN_KEEP})
+            off = named["kv_chunk_size_ptr_offset"]
+            pinned = getattr(w, "_pin_memory_int_workspace_buffer", None)
+            if pinned is not None:
+                plan["kv_chunk_size"] = int(pinned[off : off + 4].view(torch.int32)[0])
+        else:
+            plan["plan_info"] = info
+        return plan
+
+    # -- wrappers for one batch and path; returns (planned wrappers, run closure)
+    def _graph_paged(self, batch: Batch, table: PageTable):
+        dev = self.device
+        return self.fi.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, self.opts.kv_layout, use_cuda_graph=True,
+            qo_indptr_buf=batch.qo_indptr.to(dev), paged_kv_indptr_buf=table.indptr.to(dev),
+            paged_kv_indices_buf=torch.zeros(max(1, table.indices.numel()), dtype=torch.int32, device=dev),
+            paged_kv_last_page_len_buf=table.last_page_len.to(dev), backend=self.paged_backend)
+
+    def _graph_ragged(self, batch: Batch):
+        dev = self.device
+        return self.fi.BatchPrefillWithRaggedKVCacheWrapper(
+            self.workspace, self.opts.kv_layout, use_cuda_graph=True,
+            qo_indptr_buf=batch.qo_indptr.to(dev), kv_indptr_buf=batch.qo_indptr.to(dev),
+            backend=self.ragged_backend)
+
+    def _prepare(self, batch: Batch, path: str, graph: bool):
+        if path == PATH_PAGED:
+            paged = self._graph_paged(batch, batch.full) if graph else self.eager_paged
+            self._plan_paged(paged, batch, batch.full, self.spec.causal)
+            return [paged], self._paged_run(paged, batch)
+        ragged = self._graph_ragged(batch) if graph else self.eager_ragged
+        self._plan_ragged(ragged, batch)
+        ragged_run = self._ragged_run(ragged, batch)
+        if path != PATH_RAGGED_PREFIX:
+            return [ragged], ragged_run
+        prefix = self._graph_paged(batch, batch.prefix) if graph else self.fi.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, self.opts.kv_layout, backend=self.paged_backend)
+        self._plan_paged(prefix, batch, batch.prefix, causal=False)
+        prefix_run = self._paged_run(prefix, batch)
+
+        def run():
+            o1, s1 = ragged_run()
+            o2, s2 = prefix_run()
+            return self.fi.merge_state(o1, s1, o2, s2)
+
+        return [ragged, prefix], run
+
+    def _outputs(self, batch: Batch):
+        tokens = batch.q.shape[0]
+        out = torch.full((tokens, self.spec.heads.qo, self.spec.head_dim), float("nan"),
+                         dtype=self.dtype, device=self.device)
+        lse = torch.full((tokens, self.spec.heads.qo), float("nan"), dtype=torch.float32, device=self.device)
+        return out, lse
+
+    def _paged_run(self, w, batch: Batch) -> Callable[[], Tuple[torch.Tensor, torch.Tensor]]:
+        out, lse = self._outputs(batch)
+        cache = self._cache(batch)
+        return lambda: w.run(batch.q, cache, out=out, lse=lse, return_lse=True)
+
+    def _ragged_run(self, w, batch: Batch) -> Callable[[], Tuple[torch.Tensor, torch.Tensor]]:
+        out, lse = self._outputs(batch)
+        return lambda: w.run(batch.q, batch.k, batch.v, out=out, lse=lse, return_lse=True)
+
+    # -- the protocol
+    def _check_known_bugs(self, mode: str) -> None:
+        if (mode == "cudagraph" and self.opts.disable_split_kv and self.version < PADDED_CTA_FIX
+                and "fa2" in (self.paged_backend, self.ragged_backend)):
+            raise KnownBug(
+                f"flashinfer {self.version}: FA2 + CUDA graph + disable_split_kv launches padded CTAs "
+                "without block_valid_mask (flashinfer #4002, fixed by PR #5176): illegal memory access; not run")
+
+    def forward(self, batch: Batch, mode: str) -> Output:
+        self._check_known_bugs(mode)
+        path = self.path_for(mode, batch)
+        graph = mode == "cudagraph"
+        try:
+            (wrappers, run), plan_ms = timed(lambda: self._prepare(batch, path, graph), self.device)
+        except (RuntimeError, ValueError) as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if "Buffer overflow" in msg:
+                raise RuntimeError(f"{msg} (raise flashinfer.workspace_mb, now {self.opts.workspace_mb})") from exc
+            if graph:
+                raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
+            raise
+        if graph:
+            (out, lse), run_ms = capture_and_replay(run, self.device)
+        else:
+            (out, lse), run_ms = timed(run, self.device)
+            out, lse = out.clone(), lse.clone()
+        plans = [self.plan_of(w) for w in wrappers]
+        plan = plans[0] if len(plans) == 1 else {"ragged": plans[0], "prefix": plans[1]}
+        attn = "+".join(sorted({str(p["backend"]) for p in plans}))
+        kernels = self._kernels(batch, mode, path, run, graph)
+        return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
+                      plan_ms=plan_ms, run_ms=run_ms)
+
+    def _kernels(self, batch: Batch, mode: str, path: str, run, graph: bool) -> List[str]:
+        """CUDA kernel names of one more run (eager) or capture+replay (graph), once per case and mode."""
+        key = (batch.case, mode)
+        if not self.opts.profile_kernels or key in self._profiled:
+            return []
+        self._profiled.add(key)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            if graph:
+                capture_and_replay(run, self.device)
+            else:
+                run()
+            torch.cuda.synchronize(self.device)
+        names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
+        return sorted(n[:300] for n in names)
+

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole GPU check in one device call: install the carried wheels, JIT-compile (timed), run the
+# verification matrix through `detrun submit` on Ray, compare. Log and stored rows go to $OUT.
+#   bash scripts/pack-device-wheels.sh   # here, once: fills .whl/
+#   (device) bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/detrun-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+t0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t0 )); }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+[[ -f .whl/ray-core.tar.xz ]] && tar -C /tmp/site -xJf .whl/ray-core.tar.xz
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+export FLASHINFER_CUDA_ARCH_LIST="9.0" MAX_JOBS=16 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
+export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 COLUMNS=140
+echo "== installed in $(elapsed) s"
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
+nvcc --version | tail -2
+python3 -c "import flashinfer, torch, ray; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
+python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
+echo "== JIT done at $(elapsed) s"
+ADDR=()
+if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
+  ADDR=(--address auto)
+fi
+echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
+
+submit() {  # submit RUN_ID JOB [--set ...]
+  local id=$1; shift
+  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-500} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  local s=$(date +%s)
+  python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
+  echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
+}
+compare() {
+  python3 -m detrun.cli compare "$@" --runs-root runs
+  echo "== compare $* exit $?"
+}
+submit paged jobs/paged.yaml
+submit ragged jobs/ragged.yaml
+submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true
+submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true
+submit paged-fa3 jobs/paged.yaml --set name=paged-fa3 --set flashinfer.backend=fa3
+submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
+submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfer.ragged_backend=auto
+submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256
+compare paged ragged
+compare paged-nosplit ragged-nosplit
+compare paged-fa3 ragged-fa3
+compare paged sglang-default
+compare paged paged-nosplit
+compare paged paged-fa3
+python3 -m ray.scripts.scripts stop >/dev/null 2>&1
+tar czf "$OUT/runs-rows.tgz" runs/*/manifest.json runs/*/rows 2>/dev/null
+echo "== total $(elapsed) s"
