@@ -56,6 +56,12 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None) -> int:
     return gpus or available
 
 
+def failure_line(exc: BaseException) -> str:
+    """The line of a Ray error that names the cause (the last one of its traceback)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
+
+
 @dataclass
 class SubmitResult:
     run_id: str
@@ -98,7 +104,7 @@ def submit(
                 try:
                     out = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    result.failures.append(f"shard {shard.shard_id}: {str(exc).strip().splitlines()[0]}")
+                    result.failures.append(f"shard {shard.shard_id}: {failure_line(exc)}")
                     continue
                 store.write_blobs(run_id, out["blobs"])
                 store.write_rows(run_id, shard.shard_id, out["rows"])

@@ -75,8 +75,8 @@ class ShardRunner:
             self.blobs[digest] = tensor_bytes(t)
         return digest, dtype_name(t), list(t.shape)
 
-    def _rows(self, cell: Cell, batch, status: str, reason: str = "", output: Optional[Output] = None):
-        for i, request in enumerate(batch.requests):
+    def _rows(self, cell: Cell, status: str, reason: str = "", batch=None, output: Optional[Output] = None):
+        for i, request in enumerate(self.spec.members(cell.case)):
             row = dict(self.common, key=row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot),
                        case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat,
                        status=status, reason=reason)
@@ -88,29 +88,33 @@ class ShardRunner:
                            kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
             self.rows.append(row)
 
-    def run(self) -> dict:
-        batches = {}
-        for cell in cells_for(self.spec, self.shard.repeats):
+    def _cell(self, cell: Cell, batches: dict) -> None:
+        if self.poisoned:
+            self._rows(cell, "error", f"not run: {self.poisoned}")
+            return
+        mark = len(self.rows)
+        try:
             if cell.case not in batches:
                 batches[cell.case] = build_batch(self.spec, cell.case, self.device)
             batch = batches[cell.case]
-            if self.poisoned:
-                self._rows(cell, batch, "error", f"not run: {self.poisoned}")
-                continue
-            try:
-                output = self.backend.forward(batch, cell.mode)
-            except Unsupported as exc:
-                self._rows(cell, batch, "skipped", str(exc))
-            except KnownBug as exc:
-                self._rows(cell, batch, "known_bug", str(exc))
-            except Exception as exc:  # a kernel failure is a result of this cell, not of the run
-                reason = _first_line(exc)
-                self._rows(cell, batch, "error", reason)
-                if self.device.type == "cuda" and "CUDA" in str(exc):
-                    self.poisoned = f"CUDA context lost after {cell.case}/{cell.mode}: {reason}"
-                traceback.print_exc()
-            else:
-                self._rows(cell, batch, "ok", output=output)
+            output = self.backend.forward(batch, cell.mode)
+            self._rows(cell, "ok", batch=batch, output=output)
+        except Unsupported as exc:
+            self._rows(cell, "skipped", str(exc))
+        except KnownBug as exc:
+            self._rows(cell, "known_bug", str(exc))
+        except Exception as exc:  # a kernel failure is a result of this cell, not of the run
+            reason = _first_line(exc)
+            del self.rows[mark:]  # no half-written cell
+            self._rows(cell, "error", reason)
+            if self.device.type == "cuda" and "CUDA" in str(exc):
+                self.poisoned = f"CUDA context lost at {cell.case}/{cell.mode}: {reason}"
+            traceback.print_exc()
+
+    def run(self) -> dict:
+        batches: dict = {}
+        for cell in cells_for(self.spec, self.shard.repeats):
+            self._cell(cell, batches)
         return {"rows": self.rows, "blobs": self.blobs, "note": self.note}
 
 

@@ -100,8 +100,7 @@ class FlashInferBackend(AttentionBackend):
             pinned = getattr(w, "_pin_memory_int_workspace_buffer", None)
             if pinned is not None:
                 plan["kv_chunk_size"] = int(pinned[off : off + 4].view(torch.int32)[0])
-        else:
-            plan["plan_info"] = info
+        # FA3's plan holds only workspace offsets: its tiles are fixed per kernel, not planned.
         return plan
 
     # -- wrappers for one batch and path; returns (planned wrappers, run closure)
@@ -185,7 +184,9 @@ class FlashInferBackend(AttentionBackend):
             (out, lse), run_ms = timed(run, self.device)
             out, lse = out.clone(), lse.clone()
         plans = [self.plan_of(w) for w in wrappers]
-        plan = plans[0] if len(plans) == 1 else {"ragged": plans[0], "prefix": plans[1]}
+        plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
+        if len(plans) > 1:
+            plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
         kernels = self._kernels(batch, mode, path, run, graph)
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
