@@ -132,13 +132,14 @@ class RunStore:
         except (ValueError, OSError) as exc:
             raise DetrunError(f"{path}: unreadable {what} ({exc})") from None
 
-    def list_names(self, rel_dir: str, suffix: str) -> List[str]:
-        """Base names of the files directly in rel_dir that end with suffix (sorted)."""
+    def list_names(self, rel_dir: str, suffix: str, dirs: bool = False) -> List[str]:
+        """Base names of the files (or, with dirs, folders) directly in rel_dir ending with suffix."""
         path = self._p(rel_dir)
         if not self._exists(path):
             return []
+        kind = pafs.FileType.Directory if dirs else pafs.FileType.File
         infos = self.fs.get_file_info(pafs.FileSelector(path))
-        return sorted(i.base_name for i in infos if i.base_name.endswith(suffix))
+        return sorted(i.base_name for i in infos if i.type == kind and i.base_name.endswith(suffix))
 
     # -- manifests
     def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "") -> dict:
