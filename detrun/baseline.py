@@ -112,3 +112,12 @@ def compare_with_baseline(store: RunStore, run_id: str, strict: bool = False) ->
     cmp.baseline = base_runs[0] if base_runs else None
     cmp.baseline_context = [m.describe() for m in matches]
     return cmp
+
+
+def comparison(store: RunStore, runs: Sequence[str], baseline: bool = False, strict: bool = False) -> Comparison:
+    """What compare, submit and report check: the runs among themselves, or one run against its baseline."""
+    if not baseline:
+        return compare_runs(store, runs, strict=strict)
+    if len(runs) != 1:
+        raise DetrunError(f"--baseline compares one run against its baseline, got {len(runs)} runs")
+    return compare_with_baseline(store, runs[0], strict=strict)

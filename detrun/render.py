@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .compare import AXES, Comparison, collapse
+from .history import History
 
 _STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
 _LIST_MAX = 10
@@ -65,3 +66,13 @@ def print_comparison(cmp: Comparison, console: Console) -> None:
     if cmp.strict:
         verdict += " (strict: explained differences fail too)"
     console.print(f"verdict: {verdict} (exit {cmp.exit_code})")
+
+
+def print_history(hist: History, console: Console) -> None:
+    console.print(f"history: {len(hist.runs)} runs, oldest first")
+    for r in hist.runs:
+        style = {"pass": "green", "FAIL": "bold red"}.get(r.verdict, "yellow")
+        console.print(f"{r.index:>3}  {r.run_id}  {r.created[:19]}  {r.spec}  {','.join(r.fingerprints) or '-'}  "
+                      f"[{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok} differs={r.differs} "
+                      f"explained={r.explained} missing={r.missing} errors={r.errors}", soft_wrap=True)
+    _listing(console, "cases whose bits changed", [str(d) for d in hist.drifts], "bold red")
