@@ -36,6 +36,12 @@ def _errors(fn):
 
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
+Baseline = Annotated[bool, typer.Option("--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Differences explained by plan or environment fail too.")]
+Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here (one testcase per comparison).")]
+
+baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
+app.add_typer(baseline_app, name="baseline")
 
 
 def _console():
@@ -44,12 +50,18 @@ def _console():
     return Console(highlight=False)
 
 
-def _compare_and_print(store, runs: List[str]) -> int:
-    from .compare import compare_runs
+def _compare_and_print(store, runs: List[str], baseline: bool = False, strict: bool = False,
+                       junit: Optional[Path] = None) -> int:
+    from .baseline import comparison
     from .render import print_comparison
 
-    cmp = compare_runs(store, runs)
+    cmp = comparison(store, runs, baseline, strict)
     print_comparison(cmp, _console())
+    if junit is not None:
+        from .junit import write_junit
+
+        write_junit(cmp, str(junit), f"detrun {' '.join(runs)}")
+        print(f"JUnit XML written to {junit}")
     return cmp.exit_code
 
 
@@ -63,6 +75,9 @@ def submit(
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: <name>-<UTC time>-<hex>)")] = None,
     overrides: Annotated[Optional[List[str]], typer.Option(
         "--set", help="Override a spec field: KEY.PATH=VALUE (repeatable)")] = None,
+    baseline: Baseline = False,
+    strict: Strict = False,
+    junit: Junit = None,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare."""
     from .spec import load_spec
@@ -84,7 +99,7 @@ def submit(
           f"stored under {runs_root}/{result.run_id}")
     for failure in result.failures:
         print(f"task failed: {failure}", file=sys.stderr)
-    raise typer.Exit(_compare_and_print(store, [result.run_id]))
+    raise typer.Exit(_compare_and_print(store, [result.run_id], baseline, strict, junit))
 
 
 def _console_err():
@@ -98,12 +113,76 @@ def _console_err():
 def compare(
     runs: Annotated[List[str], typer.Argument(help="Run ids under --runs-root (or run directories)")],
     runs_root: RunsRoot = "runs",
+    baseline: Baseline = False,
+    strict: Strict = False,
+    junit: Junit = None,
 ) -> None:
     """Check bitwise equality across repeats, GPUs, modes, batches and runs. Exit 0/1/2."""
     from .store import run_dirs
 
     store, ids = run_dirs(runs_root, runs)
-    raise typer.Exit(_compare_and_print(store, ids))
+    raise typer.Exit(_compare_and_print(store, ids, baseline, strict, junit))
+
+
+@app.command()
+@_errors
+def report(
+    runs: Annotated[List[str], typer.Argument(help="Run ids under --runs-root (or run directories)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write")] = Path("report.html"),
+    runs_root: RunsRoot = "runs",
+    baseline: Baseline = False,
+    strict: Strict = False,
+) -> None:
+    """Write one self-contained HTML report (verdict, heatmap, max-ULP plot, environment, mismatches)."""
+    from .baseline import comparison
+    from .report import write_report
+    from .store import run_dirs
+
+    store, ids = run_dirs(runs_root, runs)
+    cmp = comparison(store, ids, baseline, strict)
+    write_report(store, cmp, str(output), f"detrun report: {', '.join(ids)}")
+    print(f"report written to {output} (verdict: {'FAIL' if cmp.failed else 'pass'}, exit code of compare: {cmp.exit_code})")
+
+
+@app.command()
+@_errors
+def history(runs_root: RunsRoot = "runs") -> None:
+    """List every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
+    from .history import history as build
+    from .render import print_history
+    from .store import RunStore
+
+    print_history(build(RunStore(runs_root)), _console())
+
+
+@baseline_app.command("set")
+@_errors
+def baseline_set(
+    run: Annotated[str, typer.Argument(help="The run to make golden for each fingerprint it recorded")],
+    runs_root: RunsRoot = "runs",
+    force: Annotated[bool, typer.Option(help="Even if the run is incomplete or fails on its own")] = False,
+) -> None:
+    """Make RUN the baseline of its spec for each environment fingerprint in its rows."""
+    from .baseline import set_baseline
+    from .store import RunStore
+
+    for doc in set_baseline(RunStore(runs_root), run, force):
+        print(f"baseline {doc['spec']}/{doc['fingerprint']} -> {doc['run_id']}")
+
+
+@baseline_app.command("show")
+@_errors
+def baseline_show(runs_root: RunsRoot = "runs") -> None:
+    """List the baselines: spec, fingerprint, run, when set, and the fingerprint's fields."""
+    from .baseline import list_baselines
+    from .store import RunStore
+
+    docs = list_baselines(RunStore(runs_root))
+    if not docs:
+        print(f"no baselines under {runs_root} (set one with: detrun baseline set RUN)")
+    for doc in docs:
+        fields = " ".join(f"{k}={v}" for k, v in sorted(doc["fields"].items()))
+        print(f"{doc['spec']}  {doc['fingerprint']}  {doc['run_id']}  set {doc['set'][:19]}  {fields}")
 
 
 @app.command("list")

@@ -1,7 +1,9 @@
-"""Group rows and decide verdicts: bitwise equal / differs (with numbers and why) / missing.
+"""Group rows and decide verdicts: equal / differs / explained by plan / missing.
 
 For each request and each axis (repeat, gpu, mode, batch, run) rows that agree on every other axis
-are grouped; a group is equal when every row has the same output and LSE digests. Reads Arrow only.
+are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
+output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
+"explained" (a failure only when strict), and an equality between them is noted. Reads Arrow only.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from .audit import audit_kernels
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
+from .fingerprint import FINGERPRINT_FIELDS
 from .matrix import expected_keys
 from .spec import spec_from_dict
 from .store import RunStore
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "run": "run_id"}
-ENV_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "flashinfer")
+ENV_FIELDS = FINGERPRINT_FIELDS
+PLAN_COLUMNS = ("backend", "attn", "path")
+RANK = {"n/a": 0, "equal": 1, "explained": 2, "differs": 3}
 
 
 @dataclass
@@ -31,16 +36,22 @@ class Mismatch:
     out: Optional[DiffStats]
     lse: Optional[DiffStats]
     why: List[str]
+    label: str = "unexplained"  # or "explained by plan: <field>" / "explained by environment: <field>"
+
+    @property
+    def explained(self) -> bool:
+        return self.label != "unexplained"
 
 
 @dataclass
 class AxisVerdict:
     request: str
     axis: str
-    status: str  # equal | differs | n/a
+    status: str  # equal | explained | differs | n/a
     groups: int = 0
     rows: int = 0
-    differing_groups: int = 0
+    differing_groups: int = 0  # groups with an unexplained difference
+    explained_groups: int = 0  # groups whose only differences are explained by plan or environment
 
 
 @dataclass
@@ -55,11 +66,16 @@ class Comparison:
     errors: List[Tuple[str, str]] = field(default_factory=list)
     incomplete_runs: List[str] = field(default_factory=list)
     audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
+    notes: List[str] = field(default_factory=list)  # equal although plans differ
+    strict: bool = False  # explained differences fail too
+    baseline: Optional[str] = None  # the baseline run compared against, if any
+    baseline_context: List[str] = field(default_factory=list)  # what was compared to what, and why not
 
     @property
     def failed(self) -> bool:
+        bad = ("differs", "explained") if self.strict else ("differs",)
         return bool(
-            any(v.status == "differs" for v in self.verdicts)
+            any(v.status in bad for v in self.verdicts)
             or self.missing or self.duplicates or self.errors or self.audit
         )
 
@@ -68,20 +84,41 @@ class Comparison:
         return EXIT_MISMATCH if self.failed else EXIT_OK
 
 
+def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
+    """(field, a, b) for each recorded plan field that differs: backend, attn, path, then the plan JSON."""
+    diffs = [(name, a[name], b[name]) for name in PLAN_COLUMNS if a[name] != b[name]]
+    pa, pb = json.loads(a["plan"] or "{}"), json.loads(b["plan"] or "{}")
+    diffs += [(k, pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    return diffs
+
+
+def env_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
+    return [(name, a[name], b[name]) for name in ENV_FIELDS if a[name] != b[name]]
+
+
 def explain(a: dict, b: dict) -> List[str]:
     """What differs between the two rows' recorded plans, paths and environments."""
-    why = []
-    for name in ("backend", "attn", "path"):
-        if a[name] != b[name]:
-            why.append(f"{name}: {a[name]} vs {b[name]}")
-    pa, pb = json.loads(a["plan"] or "{}"), json.loads(b["plan"] or "{}")
-    for k in sorted(set(pa) | set(pb)):
-        if pa.get(k) != pb.get(k):
-            why.append(f"plan.{k}: {pa.get(k)} vs {pb.get(k)}")
-    for name in ENV_FIELDS:
-        if a[name] != b[name]:
-            why.append(f"{name}: {a[name]} vs {b[name]}")
+    plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
+    why = [f"{k}: {x} vs {y}" for k, x, y in plan + env_differences(a, b)]
     return why or ["unexplained: same plan, path and environment"]
+
+
+def label(a: dict, b: dict) -> str:
+    """Why two rows may differ: the first differing plan field, else environment field, else unexplained."""
+    plan, env = plan_differences(a, b), env_differences(a, b)
+    if plan:
+        return f"explained by plan: {plan[0][0]}"
+    if env:
+        return f"explained by environment: {env[0][0]}"
+    return "unexplained"
+
+
+def _signature(r: dict) -> tuple:
+    return tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)
+
+
+def _ident(r: dict) -> Tuple[str, str]:
+    return r["out_digest"], r["lse_digest"]
 
 
 class _Blobs:
@@ -115,8 +152,68 @@ def _check_cells(store: RunStore, runs: Sequence[str], rows: List[dict], result:
                 result.duplicates.append(f"{run_id}:{key} x{count}")
 
 
-def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3) -> Comparison:
-    result = Comparison(list(runs))
+class _GroupJudge:
+    """Judges the groups of one request along one axis; records up to max_details mismatches."""
+
+    def __init__(self, result: Comparison, blobs: _Blobs, axis: str, request: str, max_details: int):
+        self.result, self.blobs, self.axis, self.request = result, blobs, axis, request
+        self.left = max_details
+
+    def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
+        if self.left <= 0:
+            return
+        self.left -= 1
+        self.result.mismatches.append(Mismatch(
+            self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
+            self.blobs.stats(a, b, "out"), self.blobs.stats(a, b, "lse"), why, tag))
+
+    def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
+        """(an unexplained difference, an explained difference) in this group."""
+        by_plan: Dict[tuple, List[dict]] = defaultdict(list)
+        for r in members:
+            by_plan[_signature(r)].append(r)
+        unexplained = explained = False
+        for same in by_plan.values():  # same plan, path and environment: must be bitwise equal
+            seen = {_ident(same[0])}
+            for r in same[1:]:
+                if _ident(r) not in seen:
+                    seen.add(_ident(r))
+                    unexplained = True
+                    self._record(same[0], r, explain(same[0], r), "unexplained")
+        reps = [same[0] for same in by_plan.values()]
+        for r in reps[1:]:  # plans differ: a difference is explained, an equality noted
+            if _ident(r) != _ident(reps[0]):
+                explained = True
+                self._record(reps[0], r, explain(reps[0], r), label(reps[0], r))
+            else:
+                self.result.notes.append(
+                    f"equal across {self.axis} although plans differ: {self.request} "
+                    f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
+        return unexplained, explained
+
+
+def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict]]:
+    """request -> axis -> verdict, copies (name#i) folded into one row (name#*) with the worst verdict."""
+    rows: Dict[str, Dict[str, AxisVerdict]] = defaultdict(dict)
+    for v in verdicts:
+        base, _, copy = v.request.partition("#")
+        name = f"{base}#*" if copy else base
+        cur = rows[name].get(v.axis)
+        if cur is None:
+            rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows,
+                                             v.differing_groups, v.explained_groups)
+            continue
+        cur.groups += v.groups
+        cur.rows += v.rows
+        cur.differing_groups += v.differing_groups
+        cur.explained_groups += v.explained_groups
+        if RANK[v.status] > RANK[cur.status]:
+            cur.status = v.status
+    return rows
+
+
+def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
+    result = Comparison(list(runs), strict=strict)
     rows = store.read_rows(runs).to_pylist()
     result.rows = len(rows)
     _check_cells(store, runs, rows, result)
@@ -145,27 +242,17 @@ def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3) -> 
             for r in by_request[request]:
                 groups[tuple(r[c] for c in others)].append(r)
             verdict = AxisVerdict(request, axis, "n/a")
-            details = 0
+            judge = _GroupJudge(result, blobs, axis, request, max_details)
             for members in groups.values():
                 if len({r[col] for r in members}) < 2:
                     continue
                 verdict.groups += 1
                 verdict.rows += len(members)
-                anchor, seen = members[0], {(members[0]["out_digest"], members[0]["lse_digest"])}
-                differs = False
-                for r in members[1:]:
-                    ident = (r["out_digest"], r["lse_digest"])
-                    if ident in seen:
-                        continue
-                    seen.add(ident)
-                    differs = True
-                    if details < max_details:
-                        details += 1
-                        result.mismatches.append(Mismatch(
-                            axis, request, f"{anchor['run_id']}:{anchor['key']}", f"{r['run_id']}:{r['key']}",
-                            blobs.stats(anchor, r, "out"), blobs.stats(anchor, r, "lse"), explain(anchor, r)))
-                verdict.differing_groups += differs
+                unexplained, explained = judge(members)
+                verdict.differing_groups += unexplained
+                verdict.explained_groups += explained and not unexplained
             if verdict.groups:
-                verdict.status = "differs" if verdict.differing_groups else "equal"
+                verdict.status = ("differs" if verdict.differing_groups else
+                                  "explained" if verdict.explained_groups else "equal")
             result.verdicts.append(verdict)
     return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -14,9 +13,7 @@ from typing import Dict, Iterable
 import torch
 
 from .envflags import BOOL_FLAGS
-
-# The fields that decide whether two runs may be compared bitwise (not host, node or UUID).
-FINGERPRINT_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "flashinfer", "flags")
+from .fingerprint import FINGERPRINT_FIELDS, fingerprint_of  # noqa: F401 (re-exported)
 
 
 def _version(dist: str) -> str:
@@ -38,11 +35,6 @@ def _driver() -> str:
 def seen_flags(names: Iterable[str]) -> Dict[str, str]:
     """The flags as this process sees them (the spec's own, plus every known boolean flag)."""
     return {k: os.environ[k] for k in sorted(set(names) | BOOL_FLAGS) if k in os.environ}
-
-
-def fingerprint_of(fields: Dict[str, object]) -> str:
-    key = json.dumps({k: fields.get(k, "") for k in FINGERPRINT_FIELDS}, sort_keys=True)
-    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 def environment(device: torch.device, flags: Dict[str, str]) -> Dict[str, object]:

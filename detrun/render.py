@@ -7,36 +7,19 @@ from collections import defaultdict
 from rich.console import Console
 from rich.table import Table
 
-from .compare import AXES, AxisVerdict, Comparison
+from .compare import AXES, Comparison, collapse
+from .history import History
 
-_STYLE = {"equal": "green", "differs": "bold red", "n/a": "dim"}
-_RANK = {"n/a": 0, "equal": 1, "differs": 2}
+_STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
 _LIST_MAX = 10
 _MISMATCH_MAX = 12
-
-
-def _collapse(verdicts):
-    """One table row per request, copies (name#i) folded into one row with the worst verdict."""
-    rows = defaultdict(dict)
-    for v in verdicts:
-        base, _, copy = v.request.partition("#")
-        name = f"{base}#*" if copy else base
-        cur = rows[name].get(v.axis)
-        if cur is None:
-            rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows, v.differing_groups)
-            continue
-        cur.groups += v.groups
-        cur.rows += v.rows
-        cur.differing_groups += v.differing_groups
-        if _RANK[v.status] > _RANK[cur.status]:
-            cur.status = v.status
-    return rows
 
 
 def _cell(v) -> str:
     if v.status == "n/a":
         return "[dim]n/a[/]"
-    tail = f" {v.differing_groups}/{v.groups}" if v.status == "differs" else f" ({v.rows})"
+    bad = {"differs": v.differing_groups, "explained": v.explained_groups}.get(v.status)
+    tail = f" {bad}/{v.groups}" if bad is not None else f" ({v.rows})"
     return f"[{_STYLE[v.status]}]{v.status}[/]{tail}"
 
 
@@ -55,17 +38,21 @@ def print_comparison(cmp: Comparison, console: Console) -> None:
     table.add_column("request")
     for axis in AXES:
         table.add_column(axis)
-    for request, cells in _collapse(cmp.verdicts).items():
+    for request, cells in collapse(cmp.verdicts).items():
         table.add_row(request, *(_cell(cells[a]) for a in AXES))
     console.print(table)
+    for line in cmp.baseline_context:
+        console.print(f"[cyan]baseline[/]: {line}")
     for m in cmp.mismatches[:_MISMATCH_MAX]:
-        console.print(f"[red]differs[/] across {m.axis}: {m.request}  {m.a}  vs  {m.b}")
+        tag = f"[yellow]{m.label}[/]" if m.explained else "[red]differs (unexplained)[/]"
+        console.print(f"{tag} across {m.axis}: {m.request}  {m.a}  vs  {m.b}")
         for name, stats in (("out", m.out), ("lse", m.lse)):
             if stats is not None:
                 console.print(f"    {name}: {stats}")
         console.print(f"    why: {'; '.join(m.why)}")
     if len(cmp.mismatches) > _MISMATCH_MAX:
         console.print(f"... and {len(cmp.mismatches) - _MISMATCH_MAX} more mismatches")
+    _listing(console, "noted: equal although plans differ", cmp.notes, "cyan")
     _listing(console, "missing cells (a failure)", cmp.missing, "bold red")
     _listing(console, "duplicate rows (a failure)", cmp.duplicates, "bold red")
     _listing(console, "kernel audit failures (a failure)", cmp.audit, "bold red")
@@ -77,4 +64,16 @@ def print_comparison(cmp: Comparison, console: Console) -> None:
         console.print(f"[yellow]{status}[/] ({len(idents)} rows, not a pass): {reason}")
     _listing(console, "runs not complete", cmp.incomplete_runs, "yellow")
     verdict = "[bold red]DETERMINISM FAILURE[/]" if cmp.failed else "[bold green]REPRODUCIBLE[/]"
+    if cmp.strict:
+        verdict += " (strict: explained differences fail too)"
     console.print(f"verdict: {verdict} (exit {cmp.exit_code})")
+
+
+def print_history(hist: History, console: Console) -> None:
+    console.print(f"history: {len(hist.runs)} runs, oldest first")
+    for r in hist.runs:
+        style = {"pass": "green", "FAIL": "bold red"}.get(r.verdict, "yellow")
+        console.print(f"{r.index:>3}  {r.run_id}  {r.created[:19]}  {r.spec}  {','.join(r.fingerprints) or '-'}  "
+                      f"[{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok} differs={r.differs} "
+                      f"explained={r.explained} missing={r.missing} errors={r.errors}", soft_wrap=True)
+    _listing(console, "cases whose bits changed", [str(d) for d in hist.drifts], "bold red")

@@ -4,6 +4,7 @@ Layout of a run under the runs root (a local path or any pyarrow.fs URI):
   <run_id>/manifest.json            the spec it ran, GPU slots, status
   <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
   <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
+  baselines/<fingerprint>.json      the golden run of one environment fingerprint (baseline.py)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -114,6 +116,31 @@ class RunStore:
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
+    # -- JSON documents under the root (manifests, baselines)
+    def write_json(self, rel_path: str, doc: dict) -> None:
+        data = json.dumps(doc, indent=2, sort_keys=True).encode()
+        self._write_atomic(self._p(rel_path), data)
+
+    def read_json(self, rel_path: str, what: str = "file") -> Optional[dict]:
+        """The document, or None when there is none; unreadable JSON is a DetrunError."""
+        path = self._p(rel_path)
+        if not self._exists(path):
+            return None
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return json.loads(f.read())
+        except (ValueError, OSError) as exc:
+            raise DetrunError(f"{path}: unreadable {what} ({exc})") from None
+
+    def list_names(self, rel_dir: str, suffix: str, dirs: bool = False) -> List[str]:
+        """Base names of the files (or, with dirs, folders) directly in rel_dir ending with suffix."""
+        path = self._p(rel_dir)
+        if not self._exists(path):
+            return []
+        kind = pafs.FileType.Directory if dirs else pafs.FileType.File
+        infos = self.fs.get_file_info(pafs.FileSelector(path))
+        return sorted(i.base_name for i in infos if i.type == kind and i.base_name.endswith(suffix))
+
     # -- manifests
     def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "") -> dict:
         if self._exists(self._p(run_id)):
@@ -130,18 +157,13 @@ class RunStore:
         return manifest
 
     def write_manifest(self, manifest: dict) -> None:
-        data = json.dumps(manifest, indent=2, sort_keys=True).encode()
-        self._write_atomic(self._p(manifest["run_id"], "manifest.json"), data)
+        self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), manifest)
 
     def manifest(self, run_id: str) -> dict:
-        path = self._p(run_id, "manifest.json")
-        if not self._exists(path):
-            raise DetrunError(f"no run {run_id!r} under {self.root} (no {path})")
-        try:
-            with self.fs.open_input_stream(path) as f:
-                return json.loads(f.read())
-        except (ValueError, OSError) as exc:
-            raise DetrunError(f"{path}: unreadable manifest ({exc})") from None
+        manifest = self.read_json(posixpath.join(run_id, "manifest.json"), "manifest")
+        if manifest is None:
+            raise DetrunError(f"no run {run_id!r} under {self.root} (no {self._p(run_id, 'manifest.json')})")
+        return manifest
 
     def finish_run(self, run_id: str, status: str, **extra) -> None:
         manifest = self.manifest(run_id)
@@ -182,6 +204,12 @@ class RunStore:
                 except (pa.ArrowException, OSError) as exc:
                     raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
         return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+    def dataset(self, run_ids: Optional[Sequence[str]] = None) -> pads.Dataset:
+        """The rows of these runs (default: every run under the root) as one pyarrow dataset."""
+        runs = self.list_runs() if run_ids is None else run_ids
+        files = [f for run_id in runs for f in self.row_files(run_id)]
+        return pads.dataset(files, schema=SCHEMA, format="parquet", filesystem=self.fs)
 
     # -- blobs
     def write_blobs(self, run_id: str, blobs: Dict[str, bytes]) -> None:

@@ -10,10 +10,10 @@ from detrun.spec import load_spec, spec_from_dict
 from tests.helpers import small
 
 
-@pytest.mark.parametrize("job", ["jobs/paged.yaml", "jobs/ragged.yaml"])
+@pytest.mark.parametrize("job", ["jobs/paged.yaml", "jobs/ragged.yaml", "jobs/nightly.yaml"])
 def test_shipped_jobs_load(job):
     spec = load_spec(job)
-    assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is (job == "jobs/paged.yaml")
+    assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is (job != "jobs/ragged.yaml")
     assert len(spec.members("mixed_decode")) == 17
 
 

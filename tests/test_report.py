@@ -1,0 +1,173 @@
+"""JUnit XML, the HTML report in real headless Chromium, and the nightly CLI commands."""
+
+import shutil
+import struct
+import subprocess
+import xml.etree.ElementTree as ET
+import zlib
+
+import pytest
+from typer.testing import CliRunner
+
+from detrun.cli import app
+from detrun.compare import compare_runs
+from detrun.junit import junit_xml
+from detrun.report import COLOURS, build_report
+from detrun.store import RunStore
+from tests.helpers import drop_row, flip_one_ulp, run_inline, small
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+TINY = dict(repeats=1, modes=["eager"])
+
+
+def _target(row):
+    return row["case"] == "alone" and row["request"] == "target"
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(str(tmp_path / "runs"))
+
+
+def _cases(xml_text):
+    root = ET.fromstring(xml_text)
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    return root, suite, suite.findall("testcase")
+
+
+def test_junit_counts_match(store):
+    run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4}), "run")
+    flip_one_ulp(store, "run", _target)
+    gone = drop_row(store, "run", lambda r: r["key"] == "mixed/long/eager/r1/g0")
+    cmp = compare_runs(store, ["run"])
+    root, suite, cases = _cases(junit_xml(cmp, "nightly"))
+    assert len(cases) == len(cmp.verdicts) + 1 == int(suite.get("tests")) == int(root.get("tests"))
+    failures = [c for c in cases if c.find("failure") is not None]
+    assert len(failures) == int(suite.get("failures")) == int(root.get("failures")) == 2
+    assert {(c.get("classname"), c.get("name")) for c in failures} == {
+        ("detrun.repeat", "target"), ("detrun.missing", f"run:{gone['key']}")}
+    repeat = next(c for c in failures if c.get("classname") == "detrun.repeat").find("failure").text
+    assert "max ULP 1" in repeat and "unexplained" in repeat
+    skipped = sum(c.find("skipped") is not None for c in cases)
+    assert skipped == int(suite.get("skipped")) == sum(v.status == "n/a" for v in cmp.verdicts)
+    strict = _cases(junit_xml(compare_runs(store, ["run"], strict=True)))[1]
+    assert int(strict.get("failures")) > 2  # explained differences fail when strict
+
+
+def test_junit_error_rows_are_errors(store):
+    run_inline(store, small(**TINY), "run")
+    cmp = compare_runs(store, ["run"])
+    cmp.errors.append(("run:alone/target/eager/r0/g0", "RuntimeError: boom"))
+    root, suite, cases = _cases(junit_xml(cmp))
+    assert int(suite.get("errors")) == 1 == len([c for c in cases if c.find("error") is not None])
+    assert int(suite.get("failures")) == 0
+
+
+def _png_pixels(path):
+    """(width, height, rows of RGB(A) bytes) of an 8-bit RGB/RGBA PNG, decoded with zlib only."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert depth == 8 and colour in (2, 6)
+    bpp, raw, rows, prev = 3 if colour == 2 else 4, zlib.decompress(idat), [], None
+    stride = width * bpp
+    for y in range(height):
+        ftype, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        prev = prev or bytearray(stride)
+        for i in range(stride):
+            a, b = line[i - bpp] if i >= bpp else 0, prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if ftype == 1:
+                line[i] = (line[i] + a) & 255
+            elif ftype == 2:
+                line[i] = (line[i] + b) & 255
+            elif ftype == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif ftype == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return width, height, bpp, rows
+
+
+def _count_colour(png, hex_colour, tol=8):
+    width, height, bpp, rows = png
+    want = bytes.fromhex(hex_colour[1:])
+    return sum(all(abs(line[x + k] - want[k]) <= tol for k in range(3))
+               for line in rows for x in range(0, width * bpp, bpp))
+
+
+def _chromium(tmp_path, html, *args):
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900", *args, html.as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)")
+def test_report_renders_in_chromium(store, tmp_path):
+    run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4}), "run")
+    flip_one_ulp(store, "run", _target)
+    cmp = compare_runs(store, ["run"])
+    html = tmp_path / "report.html"
+    html.write_text(build_report(store, cmp, "nightly"))
+    text = html.read_text()
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "<script" not in text
+    dom = _chromium(tmp_path, html, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered = dom.stdout
+    assert '<svg id="heatmap"' in rendered and '<svg id="ulp-plot"' in rendered
+    from detrun.compare import collapse
+    cells = len(collapse(cmp.verdicts)) * 5
+    assert rendered.count('class="cell"') == cells
+    assert rendered.count('data-status="differs"') == 1 and 'data-status="explained"' in rendered
+    assert "DETERMINISM FAILURE" in rendered and "explained by plan: kv_chunk_size" in rendered
+    png = tmp_path / "shot.png"
+    shot = _chromium(tmp_path, html, f"--screenshot={png}")
+    assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
+    pixels = _png_pixels(png)
+    assert pixels[:2] == (1200, 900)
+    white = _count_colour(pixels, "#ffffff", tol=2)
+    assert white < 1200 * 900 * 0.97  # not a blank page
+    cell_px = 88 * 20  # one heatmap cell
+    assert _count_colour(pixels, COLOURS["differs"]) > cell_px  # the verdict banner and the red cell
+    assert _count_colour(pixels, COLOURS["equal"]) > cell_px
+    assert _count_colour(pixels, COLOURS["explained"]) > cell_px
+    assert _count_colour(pixels, COLOURS["n/a"]) > 10 * cell_px
+
+
+def test_cli_nightly_commands(tmp_path):
+    root = tmp_path / "runs"
+    store = RunStore(str(root))
+    for name in ("n1", "n2", "n3"):
+        run_inline(store, small(**TINY), name)
+    flip_one_ulp(store, "n3", _target)
+    cli, rr = CliRunner(), ["--runs-root", str(root)]
+    assert "no baselines" in cli.invoke(app, ["baseline", "show", *rr]).output
+    assert cli.invoke(app, ["baseline", "set", "n3", *rr]).exit_code == 2  # it fails on its own
+    out = cli.invoke(app, ["baseline", "set", "n1", *rr])
+    assert out.exit_code == 0 and "-> n1" in out.output
+    assert " n1 " in cli.invoke(app, ["baseline", "show", *rr]).output
+    junit = tmp_path / "ci" / "junit.xml"
+    good = cli.invoke(app, ["compare", "n2", "--baseline", "--junit", str(junit), *rr])
+    assert good.exit_code == 0 and "bitwise against baseline n1" in good.output
+    assert int(ET.parse(junit).getroot().get("failures")) == 0
+    bad = cli.invoke(app, ["compare", "n3", "--baseline", "--junit", str(junit), *rr])
+    assert bad.exit_code == 1 and int(ET.parse(junit).getroot().get("failures")) == 2  # run and batch axes
+    assert cli.invoke(app, ["compare", "n2", "n3", "--baseline", *rr]).exit_code == 2
+    hist = cli.invoke(app, ["history", *rr])
+    assert hist.exit_code == 0 and "first differs at run 3 (n3)" in hist.output
+    report = tmp_path / "report.html"
+    rep = cli.invoke(app, ["report", "n3", "--baseline", "-o", str(report), *rr])
+    assert rep.exit_code == 0 and '<svg id="heatmap"' in report.read_text()
