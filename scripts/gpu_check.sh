@@ -27,14 +27,17 @@ if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stat
 fi
 echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
 
+only() { [[ -z ${DETRUN_GPU_ONLY:-} || " $DETRUN_GPU_ONLY " == *" $1 "* ]]; }
 submit() {  # submit RUN_ID JOB [--set ...]
   local id=$1; shift
+  only "$id" || return 0
   if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-500} )); then echo "== $id SKIPPED (time budget)"; return; fi
   local s=$(date +%s)
   python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
   echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
 }
 compare() {
+  for id in "$@"; do [[ -d runs/$id ]] || return 0; done
   python3 -m detrun.cli compare "$@" --runs-root runs
   echo "== compare $* exit $?"
 }
@@ -42,6 +45,7 @@ submit paged jobs/paged.yaml
 submit ragged jobs/ragged.yaml
 submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true
 submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true
+submit paged-fixed jobs/paged.yaml --set name=paged-fixed --set flashinfer.fixed_split_size=256
 submit paged-fa3 jobs/paged.yaml --set name=paged-fa3 --set flashinfer.backend=fa3
 submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
 submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfer.ragged_backend=auto
@@ -51,7 +55,12 @@ compare paged-nosplit ragged-nosplit
 compare paged-fa3 ragged-fa3
 compare paged sglang-default
 compare paged paged-nosplit
+compare paged paged-fixed
 compare paged paged-fa3
+if [[ -n ${DETRUN_GPU_BENCH:-} ]]; then
+  python3 bench/digest_bench.py
+  python3 bench/overhead.py jobs/paged.yaml "${ADDR[@]}"
+fi
 python3 -m ray.scripts.scripts stop >/dev/null 2>&1
 tar czf "$OUT/runs-rows.tgz" runs/*/manifest.json runs/*/rows 2>/dev/null
 echo "== total $(elapsed) s"
