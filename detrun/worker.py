@@ -5,6 +5,7 @@ Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import os
@@ -119,4 +120,7 @@ class ShardRunner:
 
 
 def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
+    watchdog = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
+    if watchdog:
+        faulthandler.dump_traceback_later(float(watchdog), repeat=True)
     return ShardRunner(spec_from_dict(spec_data), shard, run_id, context).run()

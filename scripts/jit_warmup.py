@@ -1,5 +1,6 @@
 """Compile FlashInfer's prefill modules once (timed) so Ray tasks find a warm JIT cache on disk."""
 
+import os
 import sys
 import time
 
@@ -12,7 +13,7 @@ from detrun.spec import load_spec
 
 def main(job: str = "jobs/paged.yaml") -> None:
     device = torch.device("cuda", 0)
-    for backend in ("fa2", "fa3"):
+    for backend in os.environ.get("DETRUN_JIT_BACKENDS", "fa2 fa3").split():
         spec = load_spec(job, [f"flashinfer.backend={backend}", f"flashinfer.ragged_backend={backend}"])
         be = FlashInferBackend(spec, device)
         batch = build_batch(spec, "prefix_alone", device)
