@@ -38,6 +38,8 @@ FA2_PLAN_FIELDS = (
 FA2_PLAN_KEEP = ("padded_batch_size", "total_num_rows", "cta_tile_q", "enable_cuda_graph", "split_kv")
 # PR #5176 (block_valid_mask for padded CUDA-graph launches) is not in 0.6.7.post3.
 PADDED_CTA_FIX = Version("0.7.2")
+# FA2 + CUDA graph + fixed_split_size: the warm-up run never finished on the H200 (docs/gpu-results.md).
+FIXED_SPLIT_GRAPH_HANG_SEEN = Version("0.6.7.post3")
 
 
 class FlashInferBackend(AttentionBackend):
@@ -159,11 +161,17 @@ class FlashInferBackend(AttentionBackend):
 
     # -- the protocol
     def _check_known_bugs(self, mode: str) -> None:
-        if (mode == "cudagraph" and self.opts.disable_split_kv and self.version < PADDED_CTA_FIX
-                and "fa2" in (self.paged_backend, self.ragged_backend)):
+        """Cells that crash or hang the GPU on this flashinfer: recorded, never run (they poison the task)."""
+        if mode != "cudagraph" or "fa2" not in (self.paged_backend, self.ragged_backend):
+            return
+        if self.opts.disable_split_kv and self.version < PADDED_CTA_FIX:
             raise KnownBug(
                 f"flashinfer {self.version}: FA2 + CUDA graph + disable_split_kv launches padded CTAs "
                 "without block_valid_mask (flashinfer #4002, fixed by PR #5176): illegal memory access; not run")
+        if self.opts.fixed_split_size and self.version <= FIXED_SPLIT_GRAPH_HANG_SEEN:
+            raise KnownBug(
+                f"flashinfer {self.version}: FA2 + CUDA graph + fixed_split_size={self.opts.fixed_split_size}: "
+                "the warm-up run hung (never completed) on an H200; not run")
 
     def forward(self, batch: Batch, mode: str) -> Output:
         self._check_known_bugs(mode)
