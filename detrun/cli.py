@@ -116,6 +116,19 @@ def list_runs(runs_root: RunsRoot = "runs") -> None:
         print(f"{run_id}  {m.get('status')}  gpus={m.get('gpus')}  spec={m.get('spec_path')}")
 
 
+@app.command("validate-cluster")
+@_errors
+def validate_cluster(
+    path: Annotated[Path, typer.Argument(help="Cluster-launcher YAML, e.g. ray_cluster.yaml")],
+) -> None:
+    """Check a `ray up` cluster YAML offline with Ray's own schema and rules."""
+    from .cluster import validate_cluster_yaml
+
+    config = validate_cluster_yaml(path)
+    print(f"{path}: valid ({config['provider']['type']} provider, node types: "
+          f"{', '.join(config['available_node_types'])})")
+
+
 def main() -> None:
     app()
 
