@@ -36,6 +36,8 @@ def _errors(fn):
 
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
+RunArg = Annotated[str, typer.Argument(help="Run id under --runs-root")]
+JobAddress = Annotated[Optional[str], typer.Option(help="Jobs API address (default: the recorded one)")]
 
 
 def _console():
@@ -201,9 +203,9 @@ def _submission(store, run: str, address: Optional[str]):
 @app.command()
 @_errors
 def status(
-    run: Annotated[str, typer.Argument(help="Run id under --runs-root")],
+    run: RunArg,
     runs_root: RunsRoot = "runs",
-    address: Annotated[Optional[str], typer.Option(help="Jobs API address (default: the recorded one)")] = None,
+    address: JobAddress = None,
 ) -> None:
     """A run's status from its manifest (shards stored, failures), and its Ray job's status if submitted."""
     from .store import RunStore
@@ -234,9 +236,9 @@ def status(
 @app.command()
 @_errors
 def logs(
-    run: Annotated[str, typer.Argument(help="Run id under --runs-root")],
+    run: RunArg,
     runs_root: RunsRoot = "runs",
-    address: Annotated[Optional[str], typer.Option(help="Jobs API address (default: the recorded one)")] = None,
+    address: JobAddress = None,
 ) -> None:
     """Print the driver logs of the Ray job that ran RUN."""
     from .store import RunStore
