@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from .errors import AUTH_HINT, DetrunError
@@ -25,6 +25,8 @@ from .spec import JobSpec, spec_from_dict
 from .store import RunStore, new_run_id
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
+# A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
+NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
 # Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
 TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
 TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
@@ -173,6 +175,7 @@ class _ShardRun:
         for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
             self.queues[slots.index(shard.slot) % bundles].append(shard)
         self.pending: Dict[ray.ObjectRef, Tuple[Shard, int, float]] = {}
+        self.lost_since: Dict[int, float] = {}
         self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
 
     def _bundle(self) -> dict:
@@ -214,6 +217,7 @@ class _ShardRun:
                 self._collect(ref, shard)
                 self._launch(pg, bundle, env)
             self._expire()
+            self._give_up_lost_bundles(pg)
             if self.options.on_progress:
                 self.options.on_progress(self.finished, self.total)
 
@@ -242,16 +246,31 @@ class _ShardRun:
             self.result.notes.append(out["note"])
             print(out["note"], file=sys.stderr)
 
+    def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
+        """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
+        shard, bundle, _ = self.pending.pop(ref)
+        ray.cancel(ref, force=True)
+        self._fail(shard, reason)
+        while self.queues[bundle]:
+            self._fail(self.queues[bundle].popleft(), f"not run: {rest} on {shard.shard_id}")
+
     def _expire(self) -> None:
-        """Cancel tasks past the timeout; a bundle that timed out runs nothing more (its GPU may be gone)."""
         limit = self.options.task_timeout
         if not limit:
             return
         now = time.monotonic()
-        for ref, (shard, bundle, started) in list(self.pending.items()):
+        for ref, (_, _, started) in list(self.pending.items()):
             if now - started > limit:
-                ray.cancel(ref, force=True)
-                del self.pending[ref]
-                self._fail(shard, f"timed out after {limit:g} s (cancelled)")
-                while self.queues[bundle]:
-                    self._fail(self.queues[bundle].popleft(), f"not run: its GPU timed out on {shard.shard_id}")
+                self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
+
+    def _give_up_lost_bundles(self, pg) -> None:
+        """A node died and Ray found no GPU to re-place its bundle: fail its shards instead of waiting forever."""
+        placed = placement_group_table(pg).get("bundles_to_node_id", {})
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        now = time.monotonic()
+        for bundle in self.queues:
+            if placed.get(bundle) in alive:
+                self.lost_since.pop(bundle, None)
+            elif now - self.lost_since.setdefault(bundle, now) > NODE_LOSS_GRACE_S:
+                for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
+                    self._drop(ref, "its node died and no GPU was left to retry on", "its node died")

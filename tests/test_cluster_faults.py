@@ -6,6 +6,7 @@ the node-removal test is last because it takes a node away.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -121,7 +122,7 @@ def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path
     _assert_complete_and_unique(store, "intr", spec, 3)
 
 
-def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_path):
+def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_path, monkeypatch):
     c, h100 = cluster
     store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
     removed = []
@@ -132,12 +133,13 @@ def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_pa
             c.remove_node(h100[0], allow_graceful=False)
             removed.append(h100[0].node_id)
 
-    options = runner.RunOptions(task_timeout=6, on_progress=remove_a_busy_node)
+    monkeypatch.setattr(runner, "NODE_LOSS_GRACE_S", 3.0)
+    options = runner.RunOptions(on_progress=remove_a_busy_node)
     result = runner.submit(spec, store, 3, run_id="lost", options=options)
     assert removed
     manifest = store.manifest("lost")
     stored = _rows(store, "lost")
-    assert max(Counter(r["key"] for r in stored).values()) == 1
+    assert all(n == 1 for n in Counter(r["key"] for r in stored).values())  # maybe none: all may be lost
     _, missing = runner.missing_shards(store, "lost")
     print("node removal:", manifest["status"], result.failures)
     if missing:  # the lost slot's shard could not be rescheduled: the run says so
@@ -145,6 +147,9 @@ def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_pa
     else:  # it was retried elsewhere
         assert manifest["status"] == "complete"
 
+    deadline = time.monotonic() + 30
+    while runner.alive_gpus() != 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the GCS marks the node dead after its health checks fail
     assert runner.alive_gpus() == 2
     runner.resume(store, "lost", runner.connect())
     assert store.manifest("lost")["status"] == "complete"
