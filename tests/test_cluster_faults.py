@@ -141,7 +141,6 @@ def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_pa
     stored = _rows(store, "lost")
     assert all(n == 1 for n in Counter(r["key"] for r in stored).values())  # maybe none: all may be lost
     _, missing = runner.missing_shards(store, "lost")
-    print("node removal:", manifest["status"], result.failures)
     if missing:  # the lost slot's shard could not be rescheduled: the run says so
         assert manifest["status"] == "incomplete" and result.failures
     else:  # it was retried elsewhere
