@@ -122,6 +122,15 @@ def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path
     _assert_complete_and_unique(store, "intr", spec, 3)
 
 
+def test_task_timeout_cancels_and_records_the_shard(cluster, tmp_path):
+    store, spec = RunStore(str(tmp_path)), _spec(2, DETRUN_TEST_SLEEP_S="60")
+    started = time.monotonic()
+    result = runner.submit(spec, store, 1, run_id="slow", options=runner.RunOptions(task_timeout=2))
+    assert time.monotonic() - started < 30
+    assert result.failures == ["shard g0-r0-1: timed out after 2 s (cancelled)"]
+    assert store.manifest("slow")["status"] == "incomplete" and store.row_files("slow") == []
+
+
 def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_path, monkeypatch):
     c, h100 = cluster
     store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
