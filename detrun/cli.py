@@ -6,7 +6,7 @@ import functools
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import typer
 from typing_extensions import Annotated
@@ -42,6 +42,8 @@ Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
+RunArg = Annotated[str, typer.Argument(help="Run id under --runs-root")]
+JobAddress = Annotated[Optional[str], typer.Option(help="Jobs API address (default: the recorded one)")]
 
 
 def _console():
@@ -65,12 +67,60 @@ def _compare_and_print(store, runs: List[str], baseline: bool = False, strict: b
     return cmp.exit_code
 
 
+def _parse_gpus(value: str) -> Optional[int]:
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise DetrunError(f"--gpus must be 'all' or a positive number, not {value!r}")
+    return int(value)
+
+
+def _job_args(spec_path: Optional[Path], resume: Optional[str], run_id: str, runs_root: str,
+              gpus: str, accelerator_type: Optional[str], task_timeout: Optional[float],
+              passthrough: Sequence[str] = ()) -> List[str]:
+    """The `detrun submit` arguments the job runs on the cluster (its driver joins with --address auto)."""
+    args = ["submit", "--resume", resume] if resume else ["submit", str(spec_path), "--run-id", run_id]
+    args += ["--address", "auto", "--runs-root", runs_root, "--gpus", gpus]
+    if accelerator_type:
+        args += ["--accelerator-type", accelerator_type]
+    if task_timeout:
+        args += ["--task-timeout", f"{task_timeout:g}"]
+    return args + list(passthrough)
+
+
+def _submit_job(address: str, args: List[str], run_id: str, runs_root: str, working_dir: Optional[Path],
+                resume: bool) -> None:
+    from . import jobs
+    from .store import RunStore
+
+    if "://" not in runs_root and not Path(runs_root).is_absolute():
+        raise DetrunError("with an http:// address the job writes the runs: pass --runs-root as a path or URI "
+                          "both the cluster and this machine see (e.g. /shared/runs or s3://bucket/runs)")
+    store = RunStore(runs_root)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    submission_id = f"detrun-{run_id}" + (f"-resume-{stamp}" if resume else "")
+    jobs.submit_job(address, args, submission_id, str(working_dir) if working_dir else None)
+    store.record_submission(run_id, address, submission_id)
+    print(f"submitted job {submission_id} for run {run_id} to {address}")
+    print(f"follow it with: detrun status {run_id} --runs-root {runs_root}; "
+          f"detrun logs {run_id} --runs-root {runs_root}")
+
+
 @app.command()
 @_errors
 def submit(
-    spec_path: Annotated[Path, typer.Argument(help="Job spec (YAML), e.g. jobs/paged.yaml")],
-    gpus: Annotated[Optional[int], typer.Option(min=1, help="GPU slots (default: all; 1 declared on CPU)")] = None,
-    address: Annotated[Optional[str], typer.Option(help="Ray cluster address (default: start a local Ray)")] = None,
+    spec_path: Annotated[Optional[Path], typer.Argument(help="Job spec (YAML), e.g. jobs/paged.yaml")] = None,
+    gpus: Annotated[str, typer.Option(help="GPUs: all alive ones, or N (a local Ray declares N)")] = "all",
+    address: Annotated[Optional[str], typer.Option(
+        help="http://head:8265: submit as a Ray job; ray://..., host:port or auto: drive that cluster from here; "
+             "default: start a local Ray")] = None,
+    accelerator_type: Annotated[Optional[str], typer.Option(
+        help="Only GPUs of this Ray accelerator type, e.g. H100 (PCIe and SXM alike: rows keep the full name)")] = None,
+    task_timeout: Annotated[Optional[float], typer.Option(min=1, help="Cancel a shard task after S seconds")] = None,
+    resume: Annotated[Optional[str], typer.Option(metavar="RUN", help="Run only what RUN is missing")] = None,
+    working_dir: Annotated[Optional[Path], typer.Option(
+        help="With an http:// address: upload this directory as the job's working_dir "
+             "(default: use the detrun installed on the cluster)")] = None,
     runs_root: RunsRoot = "runs",
     run_id: Annotated[Optional[str], typer.Option(help="Run id (default: <name>-<UTC time>-<hex>)")] = None,
     overrides: Annotated[Optional[List[str]], typer.Option(
@@ -79,27 +129,58 @@ def submit(
     strict: Strict = False,
     junit: Junit = None,
 ) -> None:
-    """Expand a job spec into cells, run them as Ray tasks, store rows, compare."""
+    """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
+    from .jobs import is_jobs_address
     from .spec import load_spec
-    from .store import RunStore
+    from .store import RunStore, new_run_id
 
-    spec = load_spec(spec_path, overrides)
+    if (spec_path is None) == (resume is None):
+        raise DetrunError("pass a job spec, or --resume RUN (not both)")
+    slots = _parse_gpus(gpus)
+    spec = load_spec(spec_path, overrides) if spec_path else None
+    run_id = resume or run_id or new_run_id(spec.name)
+    checks = (baseline, strict, junit)
+    if is_jobs_address(address):
+        if spec_path and working_dir and spec_path.resolve().is_relative_to(working_dir.resolve()):
+            spec_path = spec_path.resolve().relative_to(working_dir.resolve())  # as the job sees it
+        passthrough = [a for item in overrides or [] for a in ("--set", item)]
+        passthrough += ["--baseline"] * baseline + ["--strict"] * strict + (["--junit", str(junit)] if junit else [])
+        args = _job_args(spec_path, resume, run_id, runs_root, gpus, accelerator_type, task_timeout, passthrough)
+        return _submit_job(address, args, run_id, runs_root, working_dir, bool(resume))
     store = RunStore(runs_root)
-    from . import runner
+    _run_here(store, spec, str(spec_path or ""), run_id, resume, address, slots, accelerator_type, task_timeout,
+              checks)
 
-    started = time.perf_counter()
-    slots = runner.connect(address, gpus)
+
+def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], address: Optional[str],
+              gpus: Optional[int], accelerator_type: Optional[str], task_timeout: Optional[float],
+              checks: tuple) -> None:
+    import os
+
+    from . import runner
+    from .jobs import ADDRESS_ENV, SUBMISSION_ENV
     from rich.progress import Progress
 
+    started = time.perf_counter()
+    extra = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV), ("job_address", ADDRESS_ENV))
+             if v in os.environ}
+    if resume:
+        accelerator_type = accelerator_type or store.manifest(resume).get("accelerator_type")
+    slots = runner.connect(address, gpus, accelerator_type)
     with Progress(console=_console_err(), transient=True) as progress:
-        task = progress.add_task(f"{spec.name} on {slots} GPU slot(s)", total=None)
-        result = runner.submit(spec, store, slots, str(spec_path), run_id,
-                               on_progress=lambda done, total: progress.update(task, completed=done, total=total))
-    print(f"run {result.run_id}: {slots} GPU slot(s), {time.perf_counter() - started:.1f} s, "
-          f"stored under {runs_root}/{result.run_id}")
+        task = progress.add_task(f"{run_id} on {slots} GPU(s)", total=None)
+        options = runner.RunOptions(accelerator_type, task_timeout,
+                                    lambda done, total: progress.update(task, completed=done, total=total))
+        if resume:
+            result = runner.resume(store, resume, slots, options, extra)
+        else:
+            result = runner.submit(spec, store, slots, spec_path, run_id, options=options, manifest_extra=extra)
+    verb = f"resumed: {result.shards_run} shard(s) run" if resume else f"{slots} GPU(s)"
+    print(f"run {result.run_id}: {verb}, {time.perf_counter() - started:.1f} s, "
+          f"stored under {store.root}/{result.run_id}")
     for failure in result.failures:
         print(f"task failed: {failure}", file=sys.stderr)
-    raise typer.Exit(_compare_and_print(store, [result.run_id], baseline, strict, junit))
+    raise typer.Exit(_compare_and_print(store, [result.run_id], *checks))
 
 
 def _console_err():
@@ -195,6 +276,80 @@ def list_runs(runs_root: RunsRoot = "runs") -> None:
     for run_id in store.list_runs():
         m = store.manifest(run_id)
         print(f"{run_id}  {m.get('status')}  gpus={m.get('gpus')}  spec={m.get('spec_path')}")
+
+
+def _submission(store, run: str, address: Optional[str]):
+    """(address, latest submission id) of a run submitted through the Jobs API, else None."""
+    record = store.submission(run) or {}
+    manifest = store.manifest(run) if store.has_run(run) else {}
+    sid = (record.get("submission_ids") or [manifest.get("submission_id")])[-1]
+    address = address or record.get("address") or manifest.get("job_address")
+    return (address, sid) if sid and address else None
+
+
+@app.command()
+@_errors
+def status(
+    run: RunArg,
+    runs_root: RunsRoot = "runs",
+    address: JobAddress = None,
+) -> None:
+    """A run's status from its manifest (shards stored, failures), and its Ray job's status if submitted."""
+    from .store import RunStore
+
+    store = RunStore(runs_root)
+    job = _submission(store, run, address)
+    if store.has_run(run):
+        from .runner import missing_shards
+
+        m = store.manifest(run)
+        _, missing = missing_shards(store, run)
+        print(f"run {run}: {m.get('status')}, gpus={m.get('gpus')}, shards missing: {len(missing)}"
+              + (f" ({', '.join(s.shard_id for s in missing)})" if missing else ""))
+        for failure in m.get("failures") or []:
+            print(f"  failed: {failure}")
+        if missing and m.get("status") != "running":
+            print(f"  finish it with: detrun submit --resume {run} --runs-root {runs_root}")
+    elif not job:
+        raise DetrunError(f"no run {run!r} under {runs_root}")
+    else:
+        print(f"run {run}: no manifest yet under {runs_root}")
+    if job:
+        from .jobs import job_status
+
+        print(f"job {job[1]} at {job[0]}: {job_status(*job)}")
+
+
+@app.command()
+@_errors
+def logs(
+    run: RunArg,
+    runs_root: RunsRoot = "runs",
+    address: JobAddress = None,
+) -> None:
+    """Print the driver logs of the Ray job that ran RUN."""
+    from .store import RunStore
+
+    job = _submission(RunStore(runs_root), run, address)
+    if not job:
+        raise DetrunError(f"run {run!r} was not submitted through the Ray Jobs API; its task logs are in the "
+                          "Ray session logs of each node (/tmp/ray/session_latest/logs)")
+    from .jobs import job_logs
+
+    print(job_logs(*job), end="")
+
+
+@app.command("validate-cluster")
+@_errors
+def validate_cluster(
+    path: Annotated[Path, typer.Argument(help="Cluster-launcher YAML, e.g. ray_cluster.yaml")],
+) -> None:
+    """Check a `ray up` cluster YAML offline with Ray's own schema and rules."""
+    from .cluster import validate_cluster_yaml
+
+    config = validate_cluster_yaml(path)
+    print(f"{path}: valid ({config['provider']['type']} provider, node types: "
+          f"{', '.join(config['available_node_types'])})")
 
 
 def main() -> None:

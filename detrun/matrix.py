@@ -48,11 +48,15 @@ def row_key(case: str, request: str, mode: str, repeat: int, slot: int) -> str:
     return f"{case}/{request}/{mode}/r{repeat}/g{slot}"
 
 
+def shard_keys(spec: JobSpec, shard: Shard) -> List[str]:
+    """Every row one shard must write."""
+    return [
+        row_key(cell.case, request, cell.mode, cell.repeat, shard.slot)
+        for cell in cells_for(spec, shard.repeats)
+        for request in spec.members(cell.case)
+    ]
+
+
 def expected_keys(spec: JobSpec, gpus: int) -> List[str]:
     """Every row a complete run of this spec on this many GPU slots must have."""
-    keys = []
-    for shard in shards(spec, gpus):
-        for cell in cells_for(spec, shard.repeats):
-            for request in spec.members(cell.case):
-                keys.append(row_key(cell.case, request, cell.mode, cell.repeat, shard.slot))
-    return keys
+    return [key for shard in shards(spec, gpus) for key in shard_keys(spec, shard)]

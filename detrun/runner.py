@@ -1,4 +1,8 @@
-"""Ray: connect or start, one placement-group bundle per GPU, one task per shard, collect and store rows."""
+"""Ray: connect or start, find the alive GPUs, one placement-group bundle per GPU, one task per shard.
+
+The only module that uses Ray's scheduling APIs. Rows are written per shard by the driver, atomically,
+so a retried, resumed or interrupted run never holds a partial or duplicated shard.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +10,50 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import ray
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from .errors import DetrunError
-from .matrix import Shard, shards
-from .spec import JobSpec
+from .errors import AUTH_HINT, DetrunError
+from .matrix import Shard, shard_keys, shards
+from .spec import JobSpec, spec_from_dict
 from .store import RunStore, new_run_id
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
+# A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
+NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
+# Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
+TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
+TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
+
+
+def _test_hooks() -> None:
+    marker = os.environ.get(TEST_CRASH_ONCE)
+    if marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            os._exit(1)  # a worker crash: Ray retries it (max_retries), it is no exception of ours
+    time.sleep(float(os.environ.get(TEST_SLEEP_S, "0")))
 
 
 @ray.remote(num_gpus=1, max_retries=1, retry_exceptions=False)
 def shard_task(spec_data: dict, shard: Shard, run_id: str) -> dict:
-    """One shard on one GPU (num_gpus in the decorator: a fresh worker process per task)."""
+    """One shard on one GPU (num_gpus in the decorator: a fresh worker process per task).
+
+    System failures (worker crash, node death) are retried once; exceptions never are, so a
+    failing or mismatching kernel is not re-run until it happens to pass.
+    """
     from .worker import run_shard
 
+    _test_hooks()
     return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()})
 
 
@@ -39,20 +67,40 @@ def local_gpu_count() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
-def connect(address: Optional[str] = None, gpus: Optional[int] = None) -> int:
-    """Use a running Ray (tests, jobs) or start a local one; return the GPU slots to use."""
+def alive_gpus(accelerator_type: Optional[str] = None) -> int:
+    """GPUs over the alive nodes (ray.nodes() keeps dead ones), optionally of one accelerator type."""
+    total = 0
+    for node in ray.nodes():
+        resources = node.get("Resources", {})
+        if node.get("Alive") and (not accelerator_type or resources.get(f"accelerator_type:{accelerator_type}")):
+            total += int(resources.get("GPU", 0))
+    return total
+
+
+def connect(address: Optional[str] = None, gpus: Optional[int] = None,
+            accelerator_type: Optional[str] = None) -> int:
+    """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
+
+    gpus None means every alive GPU (of accelerator_type, when given).
+    """
     if not ray.is_initialized():
         kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        if address:
-            ray.init(address=address, **kwargs)
-        else:
-            declared = gpus if gpus is not None else max(1, local_gpu_count())
-            ray.init("local", num_gpus=declared, **kwargs)
-    available = int(ray.cluster_resources().get("GPU", 0))
+        try:
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                declared = gpus if gpus is not None else max(1, local_gpu_count())
+                ray.init("local", num_gpus=declared, **kwargs)
+        except ray.exceptions.AuthenticationError:
+            raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
+        except ConnectionError as exc:
+            raise DetrunError(f"cannot connect to Ray at {address}: {str(exc).strip().splitlines()[0]}") from None
+    available = alive_gpus(accelerator_type)
+    kind = f" of accelerator type {accelerator_type}" if accelerator_type else ""
     if available < 1:
-        raise DetrunError("the Ray cluster has no GPU slots (start it with --num-gpus, or pass --gpus N)")
+        raise DetrunError(f"the Ray cluster has no alive GPU{kind} (start it with --num-gpus, or pass --gpus N)")
     if gpus is not None and gpus > available:
-        raise DetrunError(f"--gpus {gpus} asked, but the Ray cluster has {available} GPU slot(s)")
+        raise DetrunError(f"--gpus {gpus} asked, but the Ray cluster has {available} alive GPU(s){kind}")
     return gpus or available
 
 
@@ -68,6 +116,14 @@ class SubmitResult:
     gpus: int
     notes: List[str] = field(default_factory=list)
     failures: List[str] = field(default_factory=list)
+    shards_run: int = 0
+
+
+@dataclass
+class RunOptions:
+    accelerator_type: Optional[str] = None
+    task_timeout: Optional[float] = None  # seconds from a task's submission (its retry included)
+    on_progress: Optional[Callable[[int, int], None]] = None
 
 
 def submit(
@@ -77,44 +133,150 @@ def submit(
     spec_path: str = "",
     run_id: Optional[str] = None,
     on_progress: Optional[Callable[[int, int], None]] = None,
+    options: Optional[RunOptions] = None,
+    manifest_extra: Optional[dict] = None,
 ) -> SubmitResult:
-    """Run every shard of spec on `gpus` slots of the connected Ray; rows land in the store."""
+    """Run every shard of spec on `gpus` GPUs of the connected Ray; rows land in the store."""
+    options = options or RunOptions()
+    options.on_progress = on_progress or options.on_progress
     run_id = run_id or new_run_id(spec.name)
     spec_data = spec.model_dump(mode="json")
-    store.create_run(run_id, spec_data, gpus, spec_path)
-    result = SubmitResult(run_id, gpus)
-    cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / gpus)
-    pg = placement_group([{"GPU": 1, "CPU": cpus}] * gpus, strategy="PACK")
-    status = "incomplete"
-    try:
-        ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
-        if not ready:
-            raise DetrunError(f"could not reserve {gpus} GPU slot(s) within {PG_TIMEOUT_S:.0f} s")
-        env = {"env_vars": dict(spec.env)}
-        pending = {}
-        for shard in shards(spec, gpus):
-            strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=shard.slot)
-            ref = shard_task.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=cpus)
-            pending[ref.remote(spec_data, shard, run_id)] = shard
-        total = len(pending)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+    store.create_run(run_id, spec_data, gpus, spec_path, accelerator_type=options.accelerator_type,
+                     **(manifest_extra or {}))
+    return _ShardRun(spec, store, run_id, shards(spec, gpus), gpus, options).run()
+
+
+def missing_shards(store: RunStore, run_id: str) -> Tuple[JobSpec, List[Shard]]:
+    """The shards of a run whose part file is missing, unreadable or short of rows."""
+    manifest = store.manifest(run_id)
+    spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
+    todo = []
+    for shard in shards(spec, int(manifest["gpus"])):
+        stored = store.shard_keys(run_id, shard.shard_id)
+        if stored is None or not set(shard_keys(spec, shard)) <= stored:
+            todo.append(shard)
+    return spec, todo
+
+
+def resume(store: RunStore, run_id: str, available: int, options: Optional[RunOptions] = None,
+           manifest_extra: Optional[dict] = None) -> SubmitResult:
+    """Run only the shards a run lacks, on up to `available` GPUs (one bundle per missing slot)."""
+    spec, todo = missing_shards(store, run_id)
+    store.reopen_run(run_id, **(manifest_extra or {}))
+    bundles = min(available, len({s.slot for s in todo}))
+    return _ShardRun(spec, store, run_id, todo, bundles, options or RunOptions()).run()
+
+
+class _ShardRun:
+    """One placement group; each bundle runs its queue of shards one task at a time."""
+
+    def __init__(self, spec: JobSpec, store: RunStore, run_id: str, todo: Sequence[Shard], bundles: int,
+                 options: RunOptions):
+        self.spec, self.store, self.run_id, self.options = spec, store, run_id, options
+        self.spec_data = spec.model_dump(mode="json")
+        self.result = SubmitResult(run_id, bundles)
+        self.total, self.finished = len(todo), 0
+        slots = sorted({s.slot for s in todo})
+        self.queues: Dict[int, Deque[Shard]] = {b: deque() for b in range(bundles)}
+        for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
+            self.queues[slots.index(shard.slot) % bundles].append(shard)
+        self.pending: Dict[ray.ObjectRef, Tuple[Shard, int, float]] = {}
+        self.lost_since: Dict[int, float] = {}
+        self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
+
+    def _bundle(self) -> dict:
+        bundle = {"GPU": 1, "CPU": self.cpus}
+        if self.options.accelerator_type:
+            bundle[f"accelerator_type:{self.options.accelerator_type}"] = 0.001
+        return bundle
+
+    def run(self) -> SubmitResult:
+        if not self.total:
+            self.store.finish_run(self.run_id, "complete", failures=[])
+            return self.result
+        pg = placement_group([self._bundle()] * len(self.queues), strategy="SPREAD")
+        status = "incomplete"
+        try:
+            ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
+            if not ready:
+                raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
+            self._loop(pg)
+            status = "complete" if not self.result.failures else "incomplete"
+        except KeyboardInterrupt:
+            for ref in self.pending:
+                ray.cancel(ref, force=True)
+            self.result.failures.append(f"interrupted with {len(self.pending)} task(s) running")
+            raise
+        finally:
+            remove_placement_group(pg)
+            self.store.finish_run(self.run_id, status, failures=self.result.failures)
+        return self.result
+
+    def _loop(self, pg) -> None:
+        env = {"env_vars": dict(self.spec.env)}
+        for bundle in self.queues:
+            self._launch(pg, bundle, env)
+        while self.pending:
+            done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
             for ref in done:
-                shard = pending.pop(ref)
-                try:
-                    out = ray.get(ref)
-                except ray.exceptions.RayError as exc:
-                    result.failures.append(f"shard {shard.shard_id}: {failure_line(exc)}")
-                    continue
-                store.write_blobs(run_id, out["blobs"])
-                store.write_rows(run_id, shard.shard_id, out["rows"])
-                if out["note"] and out["note"] not in result.notes:
-                    result.notes.append(out["note"])
-                    print(out["note"], file=sys.stderr)
-            if on_progress:
-                on_progress(total - len(pending), total)
-        status = "complete" if not result.failures else "incomplete"
-    finally:
-        remove_placement_group(pg)
-        store.finish_run(run_id, status, failures=result.failures)
-    return result
+                shard, bundle, _ = self.pending.pop(ref)
+                self._collect(ref, shard)
+                self._launch(pg, bundle, env)
+            self._expire()
+            self._give_up_lost_bundles(pg)
+            if self.options.on_progress:
+                self.options.on_progress(self.finished, self.total)
+
+    def _launch(self, pg, bundle: int, env: dict) -> None:
+        if not self.queues[bundle]:
+            return
+        shard = self.queues[bundle].popleft()
+        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
+        task = shard_task.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=self.cpus)
+        self.pending[task.remote(self.spec_data, shard, self.run_id)] = (shard, bundle, time.monotonic())
+
+    def _fail(self, shard: Shard, reason: str) -> None:
+        self.finished += 1
+        self.result.failures.append(f"shard {shard.shard_id}: {reason}")
+
+    def _collect(self, ref: ray.ObjectRef, shard: Shard) -> None:
+        try:
+            out = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
+        self.store.write_blobs(self.run_id, out["blobs"])
+        self.store.write_rows(self.run_id, shard.shard_id, out["rows"])
+        self.finished += 1
+        self.result.shards_run += 1
+        if out["note"] and out["note"] not in self.result.notes:
+            self.result.notes.append(out["note"])
+            print(out["note"], file=sys.stderr)
+
+    def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
+        """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
+        shard, bundle, _ = self.pending.pop(ref)
+        ray.cancel(ref, force=True)
+        self._fail(shard, reason)
+        while self.queues[bundle]:
+            self._fail(self.queues[bundle].popleft(), f"not run: {rest} on {shard.shard_id}")
+
+    def _expire(self) -> None:
+        limit = self.options.task_timeout
+        if not limit:
+            return
+        now = time.monotonic()
+        for ref, (_, _, started) in list(self.pending.items()):
+            if now - started > limit:
+                self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
+
+    def _give_up_lost_bundles(self, pg) -> None:
+        """A node died and Ray found no GPU to re-place its bundle: fail its shards instead of waiting forever."""
+        placed = placement_group_table(pg).get("bundles_to_node_id", {})
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        now = time.monotonic()
+        for bundle in self.queues:
+            if placed.get(bundle) in alive:
+                self.lost_since.pop(bundle, None)
+            elif now - self.lost_since.setdefault(bundle, now) > NODE_LOSS_GRACE_S:
+                for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
+                    self._drop(ref, "its node died and no GPU was left to retry on", "its node died")

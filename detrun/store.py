@@ -142,7 +142,7 @@ class RunStore:
         return sorted(i.base_name for i in infos if i.type == kind and i.base_name.endswith(suffix))
 
     # -- manifests
-    def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "") -> dict:
+    def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "", **extra) -> dict:
         if self._exists(self._p(run_id)):
             raise DetrunError(f"run {run_id} already exists under {self.root}")
         manifest = {
@@ -152,12 +152,16 @@ class RunStore:
             "gpus": gpus,
             "status": "running",
             "created": datetime.now(timezone.utc).isoformat(),
+            **extra,
         }
         self.write_manifest(manifest)
         return manifest
 
     def write_manifest(self, manifest: dict) -> None:
         self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), manifest)
+
+    def has_run(self, run_id: str) -> bool:
+        return self._exists(self._p(run_id, "manifest.json"))
 
     def manifest(self, run_id: str) -> dict:
         manifest = self.read_json(posixpath.join(run_id, "manifest.json"), "manifest")
@@ -169,6 +173,27 @@ class RunStore:
         manifest = self.manifest(run_id)
         manifest.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **extra)
         self.write_manifest(manifest)
+
+    def reopen_run(self, run_id: str, **extra) -> dict:
+        """Mark an existing run running again (resume), keeping a history of its resumptions."""
+        manifest = self.manifest(run_id)
+        stamp = datetime.now(timezone.utc).isoformat()
+        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], **extra)
+        self.write_manifest(manifest)
+        return manifest
+
+    def record_submission(self, run_id: str, address: str, submission_id: str) -> None:
+        """Remember a Jobs API submission beside the runs (the job may not have written a manifest yet)."""
+        record = self.submission(run_id) or {"run_id": run_id, "submission_ids": []}
+        record.update(address=address, submission_ids=record["submission_ids"] + [submission_id])
+        self._write_atomic(self._p(".submissions", f"{run_id}.json"), json.dumps(record, indent=2).encode())
+
+    def submission(self, run_id: str) -> Optional[dict]:
+        path = self._p(".submissions", f"{run_id}.json")
+        if not self._exists(path):
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read())
 
     def list_runs(self) -> List[str]:
         if not self._exists(self.base):
@@ -193,6 +218,16 @@ class RunStore:
             return []
         infos = self.fs.get_file_info(pafs.FileSelector(rows_dir))
         return sorted(i.path for i in infos if i.path.endswith(".parquet"))
+
+    def shard_keys(self, run_id: str, shard: str) -> Optional[set]:
+        """The keys stored for one shard; None when its part file is missing or unreadable."""
+        path = self._p(run_id, "rows", f"part-{shard}.parquet")
+        if not self._exists(path):
+            return None
+        try:
+            return set(pq.read_table(path, filesystem=self.fs, columns=["key"]).column("key").to_pylist())
+        except (pa.ArrowException, OSError):
+            return None  # a resume rewrites it
 
     def read_rows(self, run_ids: Iterable[str]) -> pa.Table:
         tables = []

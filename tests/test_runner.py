@@ -83,4 +83,4 @@ def test_cli_canary_exits_1(ray_2gpu, tmp_path):
 def test_cli_too_many_gpus_exits_2(ray_2gpu, tmp_path):
     out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--gpus", "3", "--runs-root", str(tmp_path)])
     assert out.exit_code == 2
-    assert "has 2 GPU slot(s)" in out.output
+    assert "has 2 alive GPU(s)" in out.output

@@ -1,0 +1,164 @@
+"""Multi-node runs on one ray.cluster_utils.Cluster: GPU discovery, worker crash, Ctrl-C, node loss, resume.
+
+One cluster for the module (a head with one fake A100, two worker nodes with one fake H100 each);
+the node-removal test is last because it takes a node away.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+
+from detrun import runner
+from detrun.compare import compare_runs
+from detrun.errors import DetrunError
+from detrun.matrix import expected_keys
+from detrun.spec import spec_from_dict
+from detrun.store import RunStore
+
+from helpers import small
+
+FAST_HEALTH_CHECK = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                     "health_check_failure_threshold": 2}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "num_gpus": 1, "resources": {"accelerator_type:A100": 1}, "include_dashboard": False,
+        "_system_config": FAST_HEALTH_CHECK})
+    h100 = [c.add_node(num_cpus=1, num_gpus=1, resources={"accelerator_type:H100": 1}) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, h100
+    ray.shutdown()
+    c.shutdown()
+
+
+def _spec(per_task=1, **env):
+    """2 repeats: 2 shards per GPU (per_task=1) or 1 (per_task=2)."""
+    env = {"SGLANG_FLASHINFER_USE_PAGED": "1", **env}
+    return spec_from_dict(small(repeats=2, repeats_per_task=per_task, env=env))
+
+
+def _rows(store: RunStore, run_id: str):
+    return store.read_rows([run_id]).to_pylist()
+
+
+def _assert_complete_and_unique(store: RunStore, run_id: str, spec, gpus: int):
+    rows = _rows(store, run_id)
+    counts = Counter(r["key"] for r in rows)
+    assert max(counts.values()) == 1, "a row was written twice"
+    assert sorted(counts) == sorted(expected_keys(spec, gpus))
+    cmp = compare_runs(store, [run_id])
+    assert not cmp.missing and not cmp.duplicates and cmp.exit_code == 0
+
+
+def test_discovery_counts_alive_gpus_by_accelerator_type(cluster):
+    assert runner.connect() == 3
+    assert runner.connect(accelerator_type="H100") == 2
+    assert runner.connect(gpus=1, accelerator_type="A100") == 1
+    with pytest.raises(DetrunError, match="no alive GPU of accelerator type B200"):
+        runner.connect(accelerator_type="B200")
+    with pytest.raises(DetrunError, match="--gpus 2 asked, but the Ray cluster has 1 alive GPU"):
+        runner.connect(gpus=2, accelerator_type="A100")
+
+
+def test_accelerator_type_runs_one_shard_per_h100_and_records_nodes(cluster, tmp_path):
+    _, h100 = cluster
+    store, spec = RunStore(str(tmp_path)), _spec(per_task=2)
+    options = runner.RunOptions(accelerator_type="H100")
+    result = runner.submit(spec, store, 2, run_id="h100", options=options)
+    assert result.failures == [] and store.manifest("h100")["status"] == "complete"
+    assert store.manifest("h100")["accelerator_type"] == "H100"
+    rows = _rows(store, "h100")
+    nodes_by_slot = {slot: {r["node_id"] for r in rows if r["slot"] == slot} for slot in (0, 1)}
+    assert all(len(nodes) == 1 for nodes in nodes_by_slot.values())  # a slot is one GPU
+    assert set().union(*nodes_by_slot.values()) == {n.node_id for n in h100}  # one bundle per H100
+    assert all(r["gpu_name"] for r in rows)
+    _assert_complete_and_unique(store, "h100", spec, 2)
+
+
+def test_worker_crash_is_retried_without_duplicates(cluster, tmp_path):
+    marker = tmp_path / "crashed"
+    store, spec = RunStore(str(tmp_path / "runs")), _spec(2, DETRUN_TEST_CRASH_ONCE=str(marker))
+    result = runner.submit(spec, store, 3, run_id="crash")
+    assert marker.exists(), "the crash hook did not fire"
+    assert result.failures == [] and result.shards_run == 3
+    assert store.manifest("crash")["status"] == "complete"
+    _assert_complete_and_unique(store, "crash", spec, 3)
+
+
+def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path):
+    import ray
+    from ray.util import placement_group_table
+
+    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
+
+    def interrupt(done, total):
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.submit(spec, store, 3, run_id="intr", on_progress=interrupt)
+    manifest = store.manifest("intr")
+    assert manifest["status"] == "incomplete" and "interrupted" in manifest["failures"][-1]
+    assert all(pg["state"] == "REMOVED" for pg in placement_group_table().values())
+    _, missing = runner.missing_shards(store, "intr")
+    assert 0 < len(missing) < 6
+    stored = {r["shard"] for r in _rows(store, "intr")}
+    assert stored.isdisjoint({s.shard_id for s in missing})
+
+    result = runner.resume(store, "intr", int(ray.cluster_resources()["GPU"]))
+    assert result.shards_run == len(missing) and result.failures == []
+    assert store.manifest("intr")["status"] == "complete" and len(store.manifest("intr")["resumed"]) == 1
+    _assert_complete_and_unique(store, "intr", spec, 3)
+
+
+def test_task_timeout_cancels_and_records_the_shard(cluster, tmp_path):
+    store, spec = RunStore(str(tmp_path)), _spec(2, DETRUN_TEST_SLEEP_S="60")
+    started = time.monotonic()
+    result = runner.submit(spec, store, 1, run_id="slow", options=runner.RunOptions(task_timeout=2))
+    assert time.monotonic() - started < 30
+    assert result.failures == ["shard g0-r0-1: timed out after 2 s (cancelled)"]
+    assert store.manifest("slow")["status"] == "incomplete" and store.row_files("slow") == []
+
+
+def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_path, monkeypatch):
+    c, h100 = cluster
+    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
+    removed = []
+
+    def remove_a_busy_node(done, total):
+        """At the first finished shard every GPU still has a shard running or queued: kill one H100 node."""
+        if done and not removed:
+            c.remove_node(h100[0], allow_graceful=False)
+            removed.append(h100[0].node_id)
+
+    monkeypatch.setattr(runner, "NODE_LOSS_GRACE_S", 3.0)
+    options = runner.RunOptions(on_progress=remove_a_busy_node)
+    result = runner.submit(spec, store, 3, run_id="lost", options=options)
+    assert removed
+    manifest = store.manifest("lost")
+    stored = _rows(store, "lost")
+    assert all(n == 1 for n in Counter(r["key"] for r in stored).values())  # maybe none: all may be lost
+    _, missing = runner.missing_shards(store, "lost")
+    if missing:  # the lost slot's shard could not be rescheduled: the run says so
+        assert manifest["status"] == "incomplete" and result.failures
+    else:  # it was retried elsewhere
+        assert manifest["status"] == "complete"
+
+    deadline = time.monotonic() + 30
+    while runner.alive_gpus() != 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the GCS marks the node dead after its health checks fail
+    assert runner.alive_gpus() == 2
+    runner.resume(store, "lost", runner.connect())
+    assert store.manifest("lost")["status"] == "complete"
+    _assert_complete_and_unique(store, "lost", spec, 3)
