@@ -33,6 +33,16 @@ def _listing(console: Console, title: str, items, style: str) -> None:
         console.print(f"  ... and {len(items) - _LIST_MAX} more")
 
 
+def _spread(mismatches):
+    """Unexplained first, then one per (request base name, axis) before any repeats of a pair."""
+    seen, first, rest = set(), [], []
+    for m in sorted(mismatches, key=lambda m: m.explained):
+        key = (m.request.partition("#")[0], m.axis)
+        (rest if key in seen else first).append(m)
+        seen.add(key)
+    return first + rest
+
+
 def print_comparison(cmp: Comparison, console: Console) -> None:
     table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
     table.add_column("request")
@@ -43,7 +53,7 @@ def print_comparison(cmp: Comparison, console: Console) -> None:
     console.print(table)
     for line in cmp.baseline_context:
         console.print(f"[cyan]baseline[/]: {line}")
-    for m in cmp.mismatches[:_MISMATCH_MAX]:
+    for m in _spread(cmp.mismatches)[:_MISMATCH_MAX]:
         tag = f"[yellow]{m.label}[/]" if m.explained else "[red]differs (unexplained)[/]"
         console.print(f"{tag} across {m.axis}: {m.request}  {m.a}  vs  {m.b}")
         for name, stats in (("out", m.out), ("lse", m.lse)):
