@@ -69,6 +69,7 @@ class JobSpec(_Model):
     seed: int = 0
     repeats: int = Field(default=2, ge=1)
     repeats_per_task: Optional[int] = Field(default=None, ge=1)
+    store_tensors: bool = True  # keep the bytes of the first tensor per digest (diff statistics need them)
     requests: Dict[str, Request] = Field(min_length=1)  # names may not contain '#'
 
     cases: Dict[str, List[str]] = Field(min_length=1)

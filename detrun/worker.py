@@ -72,7 +72,7 @@ class ShardRunner:
 
     def _keep(self, t: torch.Tensor) -> tuple[str, str, list]:
         digest = tensor_digest(t)
-        if digest not in self.blobs:
+        if self.spec.store_tensors and digest not in self.blobs:
             self.blobs[digest] = tensor_bytes(t)
         return digest, dtype_name(t), list(t.shape)
 

@@ -118,3 +118,16 @@ def test_audit_failure_fails_compare(store):
     store.write_rows("a1", "g0-r0-1", rows)
     cmp = compare_runs(store, ["a1"])
     assert cmp.exit_code == 1 and len(cmp.audit) == len(rows)
+
+
+def test_without_stored_tensors_a_flip_still_fails_but_has_no_numbers(store):
+    run_inline(store, small(store_tensors=False, **FAST), "n1")
+    assert store.read_blob(["n1"], store.read_rows(["n1"]).to_pylist()[0]["out_digest"]) is None
+    rows = store.read_rows(["n1"]).to_pylist()
+    target = next(r for r in rows if r["request"] == "target" and r["repeat"] == 1)
+    target["out_digest"] = "0" * 32  # a changed digest with no bytes behind it
+    store.write_rows("n1", "g0-r0-1", rows)
+    cmp = compare_runs(store, ["n1"])
+    assert cmp.exit_code == 1
+    m = next(m for m in cmp.mismatches if m.request == "target")
+    assert m.out is None and m.label == "unexplained"
