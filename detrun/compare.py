@@ -13,11 +13,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .audit import audit_kernels
+import numpy as np
+import pyarrow.compute as pc
+
+from .columnar import Columns, combine, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS
-from .matrix import expected_keys
+from .matrix import expected_key_array
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -135,21 +138,22 @@ class _Blobs:
         return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], a[f"{which}_shape"])
 
 
-def _check_cells(store: RunStore, runs: Sequence[str], rows: List[dict], result: Comparison) -> None:
-    seen: Dict[Tuple[str, str], int] = defaultdict(int)
-    for r in rows:
-        seen[(r["run_id"], r["key"])] += 1
-    for run_id in runs:
-        manifest = store.manifest(run_id)
+def _check_cells(cols: Columns, result: Comparison) -> None:
+    """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
+    for run_id in cols.runs:
+        manifest = cols.store.manifest(run_id)
         if manifest.get("status") != "complete":
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
-        for key in expected_keys(spec, int(manifest["gpus"])):
-            count = seen.get((run_id, key), 0)
-            if count == 0:
+        expected = expected_key_array(spec, int(manifest["gpus"]))
+        at = pc.drop_null(pc.index_in(cols.keys(run_id), value_set=expected)).to_numpy().astype(np.int64)
+        count = np.bincount(at, minlength=len(expected))
+        for i in np.flatnonzero(count != 1):
+            key = expected[int(i)].as_py()
+            if count[i] == 0:
                 result.missing.append(f"{run_id}:{key}")
-            elif count > 1:
-                result.duplicates.append(f"{run_id}:{key} x{count}")
+            else:
+                result.duplicates.append(f"{run_id}:{key} x{count[i]}")
 
 
 class _GroupJudge:
@@ -212,43 +216,87 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
     return rows
 
 
-def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
-    result = Comparison(list(runs), strict=strict)
-    rows = store.read_rows(runs).to_pylist()
-    result.rows = len(rows)
-    _check_cells(store, runs, rows, result)
-    ok = []
-    for r in rows:
-        ident = f"{r['run_id']}:{r['key']}"
-        if r["status"] == "ok":
-            ok.append(r)
-            problem = audit_kernels(r["path"], r["kernels"])
-            if problem:
-                result.audit.append(f"{ident}: {problem}")
-        elif r["status"] == "error":
-            result.errors.append((ident, r["reason"]))
+def _order(r: dict, order: Dict[str, int]) -> tuple:
+    return order[r["run_id"]], r["slot"], r["case"], r["mode"], r["repeat"]
+
+
+def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
+    """Audit, error and not-run lists in read order; returns the read indices of the ok rows."""
+    status = cols.codes("status")
+    names = cols.dictionary("status")
+    ok_code = names.index("ok") if "ok" in names else -1
+    others = np.flatnonzero(status != ok_code)
+    rows = cols.rows_at(np.concatenate([others, [i for i, _ in cols.audit]]).astype(np.int64))
+    for i, problem in cols.audit:
+        result.audit.append(f"{rows[i]['run_id']}:{rows[i]['key']}: {problem}")
+    for i in others.tolist():
+        r = rows[i]
+        if r["status"] == "error":
+            result.errors.append((f"{r['run_id']}:{r['key']}", r["reason"]))
         else:
-            result.not_run.append((ident, r["status"], r["reason"]))
-    order = {run: i for i, run in enumerate(runs)}
-    ok.sort(key=lambda r: (order[r["run_id"]], r["slot"], r["case"], r["mode"], r["repeat"]))
-    blobs = _Blobs(store, runs)
+            result.not_run.append((f"{r['run_id']}:{r['key']}", r["status"], r["reason"]))
+    return np.flatnonzero(status == ok_code)
+
+
+def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per group: whether values are not all one (compared with one representative row each)."""
+    return np.bincount(group[values != values[rep][group]], minlength=size) > 0
+
+
+def _axis_groups(cols: Columns, ok: np.ndarray, col: str, req: np.ndarray, sig: np.ndarray,
+                 ident: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request code: groups with two or more values of col, their rows; and the read indices
+    of the rows of groups whose plans or digests are not all one (those the judge must see)."""
+    group, size = combine([req] + [cols.codes(c)[ok] for c in AXES.values() if c != col], 4 * len(ok) + 64)
+    rep = np.zeros(size, dtype=np.int64)
+    rep[group] = np.arange(len(group))  # any member of each group
+    count = np.bincount(group, minlength=size)
+    valid = _varies(group, rep, cols.codes(col)[ok], size)
+    judge = valid & (_varies(group, rep, sig, size) | _varies(group, rep, ident, size))
+    nreq = int(req.max()) + 1 if len(req) else 0
+    of = req[rep[valid]]
+    groups = np.bincount(of, minlength=nreq)
+    rows = np.bincount(of, weights=count[valid], minlength=nreq).astype(np.int64)
+    return groups, rows, ok[judge[group]]
+
+
+def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
+    return compare_columns(read_columns(store, runs), max_details, strict)
+
+
+def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -> Comparison:
+    """compare_runs over rows already read: grouping on integer codes, Python only for the groups
+    whose plans or digests are not all one (their mismatches, notes and counts)."""
+    result = Comparison(list(cols.runs), strict=strict)
+    result.rows = cols.n
+    _check_cells(cols, result)
+    ok = _statuses(cols, result)
+    req = cols.codes("request")[ok]
+    sig, _ = combine([cols.codes(c)[ok] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
+    ident, _ = combine([cols.codes("out_digest")[ok], cols.codes("lse_digest")[ok]])
+    per_axis = {axis: _axis_groups(cols, ok, col, req, sig, ident) for axis, col in AXES.items()}
+    rows = cols.rows_at(np.concatenate([judged for _, _, judged in per_axis.values()]))
+    order = {run: i for i, run in enumerate(cols.runs)}
+    detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
     by_request: Dict[str, List[dict]] = defaultdict(list)
-    for r in ok:
-        by_request[r["request"]].append(r)
-    for request in sorted(by_request):
+    for i in detail:
+        by_request[rows[i]["request"]].append(i)
+    blobs = _Blobs(cols.store, cols.runs)
+    names = cols.dictionary("request")
+    judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
+    for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
+        request = names[code]
         for axis, col in AXES.items():
-            others = [c for c in AXES.values() if c != col]
-            groups: Dict[tuple, List[dict]] = defaultdict(list)
-            for r in by_request[request]:
-                groups[tuple(r[c] for c in others)].append(r)
-            verdict = AxisVerdict(request, axis, "n/a")
+            groups, nrows, _ = per_axis[axis]
+            judged = judged_sets[axis]
+            verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
             judge = _GroupJudge(result, blobs, axis, request, max_details)
-            for members in groups.values():
-                if len({r[col] for r in members}) < 2:
-                    continue
-                verdict.groups += 1
-                verdict.rows += len(members)
-                unexplained, explained = judge(members)
+            members: Dict[tuple, List[dict]] = defaultdict(list)
+            for i in by_request[request]:
+                if i in judged:
+                    members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
+            for group in members.values():
+                unexplained, explained = judge(group)
                 verdict.differing_groups += unexplained
                 verdict.explained_groups += explained and not unexplained
             if verdict.groups:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Tuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .spec import JobSpec
 
 
@@ -56,3 +60,15 @@ def expected_keys(spec: JobSpec, gpus: int) -> List[str]:
             for request in spec.members(cell.case):
                 keys.append(row_key(cell.case, request, cell.mode, cell.repeat, shard.slot))
     return keys
+
+
+def expected_key_array(spec: JobSpec, gpus: int) -> pa.Array:
+    """expected_keys as an Arrow string array, built without a Python string per row."""
+    cells = [f"{case}/{request}/{mode}" for case in spec.cases for mode in spec.modes
+             for request in spec.members(case)]
+    blocks = [(shard.slot, repeat) for shard in shards(spec, gpus) for repeat in shard.repeats]
+    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks])
+    take_cells = np.tile(np.arange(len(cells), dtype=np.int64), len(blocks))
+    take_tails = np.repeat(np.arange(len(blocks), dtype=np.int64), len(cells))
+    return pc.binary_join_element_wise(pa.array(cells, pa.string()).take(take_cells),
+                                       tails.take(take_tails), "")
