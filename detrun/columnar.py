@@ -78,6 +78,18 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]]) -> Li
     return [(start + int(r), problems[k]) for r, k in zip(rows[bad], inverse.ravel()[bad])]
 
 
+class _Row(dict):
+    def __init__(self, cols: "Columns", index: int, fields: dict):
+        super().__init__(fields)
+        self.cols, self.index = cols, index
+
+    def __missing__(self, name: str):
+        if name not in DETAIL:
+            raise KeyError(name)
+        self.update(self.cols.rows_at([self.index])[self.index])
+        return self[name]
+
+
 @dataclass
 class Columns:
     """Rows of runs (in run order, files sorted, rows in file order), as codes (keys as strings);
@@ -90,40 +102,59 @@ class Columns:
     run_files: Dict[str, Tuple[int, int]]  # run -> its files [lo, hi)
     table: pa.Table
     audit: List[Tuple[int, str]] = field(default_factory=list)
+    _codes: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
         return int(self.starts[-1])
 
     def codes(self, column: str) -> np.ndarray:
-        arr = self.table.column(column)
-        arr = arr.chunk(0) if arr.num_chunks else pa.array([], arr.type)
-        return (arr.indices if pa.types.is_dictionary(arr.type) else arr).to_numpy(zero_copy_only=False)
+        """int codes of a column (indices into dictionary(column) for strings), in read order."""
+        if column not in self._codes:
+            arr = self.table.column(column)
+            chunks = [c.indices if pa.types.is_dictionary(arr.type) else c for c in arr.chunks]
+            self._codes[column] = np.concatenate([c.to_numpy() for c in chunks]) if chunks else np.zeros(0, np.int32)
+        return self._codes[column]
 
     def dictionary(self, column: str) -> List[str]:
         arr = self.table.column(column)
         return arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
 
-    def rows_at(self, idx: Sequence[int]) -> Dict[int, dict]:
-        """The rows at these read-order indices as dicts (every field but the kernel list)."""
+    def rows_in_memory(self, idx: np.ndarray) -> Dict[int, dict]:
+        """Rows as dicts from the columns read; any other field is read from its file when asked."""
+        out: Dict[int, dict] = {}
+        for f, local in self._by_file(idx):  # one chunk per file: take within it, never across
+            chunk = self.table.slice(int(self.starts[f]), int(self.starts[f + 1] - self.starts[f]))
+            rows = chunk.take(pa.array(local - self.starts[f])).to_pylist()
+            out.update((int(i), _Row(self, int(i), r)) for i, r in zip(local, rows))
+        return out
+
+    def _by_file(self, idx: Sequence[int]):
         idx = np.unique(np.asarray(idx, dtype=np.int64))
         where = np.searchsorted(self.starts, idx, side="right") - 1
-        out: Dict[int, dict] = {}
         for f in np.unique(where):
-            local = idx[where == f]
+            yield int(f), idx[where == f]
+
+    def rows_at(self, idx: Sequence[int]) -> Dict[int, dict]:
+        """The rows at these read-order indices as dicts (every field but the kernel list)."""
+        out: Dict[int, dict] = {}
+        for f, local in self._by_file(idx):
             rows = _read(self.store, self.files[f], DETAIL).take(local - self.starts[f]).to_pylist()
             out.update(zip(local.tolist(), rows))
         return out
 
-    def keys(self, run_id: str) -> pa.ChunkedArray:
+    def row_range(self, run_id: str) -> Tuple[int, int]:
         lo, hi = self.run_files[run_id]
-        a, b = int(self.starts[lo]), int(self.starts[hi])
+        return int(self.starts[lo]), int(self.starts[hi])
+
+    def keys(self, run_id: str) -> pa.ChunkedArray:
+        a, b = self.row_range(run_id)
         return self.table.column("key").slice(a, b - a)
 
     def only(self, run_id: str) -> "Columns":
         """The rows of one of the runs (a slice: codes keep their dictionaries)."""
         lo, hi = self.run_files[run_id]
-        a, b = int(self.starts[lo]), int(self.starts[hi])
+        a, b = self.row_range(run_id)
         return Columns(self.store, [run_id], self.files[lo:hi], self.starts[lo:hi + 1] - a,
                        {run_id: (0, hi - lo)}, self.table.slice(a, b - a),
                        [(i - a, p) for i, p in self.audit if a <= i < b])
@@ -143,7 +174,7 @@ def read_columns(store: RunStore, runs: Sequence[str]) -> Columns:
             starts.append(starts[-1] + len(table))
         run_files[run_id] = (lo, len(files))
     if tables:
-        table = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+        table = pa.concat_tables(tables).unify_dictionaries()
     else:
         table = _as_codes(SCHEMA.empty_table().select(INTS + STRINGS + ("key",)))
     return Columns(store, list(runs), files, np.asarray(starts, dtype=np.int64), run_files, table, audit)
@@ -163,8 +194,8 @@ def combine(parts: Sequence[np.ndarray], bound: Optional[int] = None) -> Tuple[n
     if not n:
         return code, 1
     for part in parts:
-        part = part.astype(np.int64)
-        part = part - part.min()
+        low = int(part.min())
+        part = part.astype(np.int64, copy=False) - low if low else part.astype(np.int64, copy=False)
         radix = int(part.max()) + 1
         if size * radix > limit:
             code = densify(code)

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columnar import Columns, combine, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS
-from .matrix import expected_key_array
+from .matrix import expected_key_array, key_layout
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -138,6 +139,37 @@ class _Blobs:
         return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], a[f"{which}_shape"])
 
 
+def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
+    """table[values[code]] per code, -1 where absent."""
+    return np.array([table.get(v, -1) for v in values] or [-1], dtype=np.int64)[codes]
+
+
+def _positions(cols: Columns, run_id: str, spec, gpus: int, expected: pa.Array) -> np.ndarray:
+    """Each row's place in expected, found from its case/request/mode/slot/repeat and checked
+    against its key; rows whose key is elsewhere (or nowhere) are looked up by key."""
+    keys, (lo, hi) = cols.keys(run_id), cols.row_range(run_id)
+    cells, blocks = key_layout(spec, gpus)
+    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "slot", "repeat")}
+    width = len(cols.dictionary("request")) * len(cols.dictionary("mode"))
+    triples = {(c, r, m): i for i, (c, r, m) in enumerate(cells)}
+    combos = [(c, r, m) for c in cols.dictionary("case") for r in cols.dictionary("request") for m in cols.dictionary("mode")]
+    cell = _lookup(combos, triples, (at["case"] * width + at["request"] * len(cols.dictionary("mode")) + at["mode"]))
+    block = {b: i for i, b in enumerate(blocks)}
+    reps = int(at["repeat"].max()) + 1 if hi > lo else 1
+    slots = int(at["slot"].max()) + 1 if hi > lo else 1
+    grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], block,
+                   np.clip(at["slot"], 0, None) * reps + np.clip(at["repeat"], 0, None))
+    pos = np.where((cell >= 0) & (grid >= 0), grid * len(cells) + cell, -1)
+    if len(expected):
+        same = pc.equal(keys, expected.take(pa.array(np.maximum(pos, 0)))).to_numpy(zero_copy_only=False)
+        pos[~same] = -1
+    rest = np.flatnonzero(pos < 0)
+    if len(rest):
+        found = pc.index_in(keys.take(pa.array(rest)), value_set=expected).to_numpy(zero_copy_only=False)
+        pos[rest] = np.where(np.isnan(found.astype(float)), -1, found).astype(np.int64)
+    return pos
+
+
 def _check_cells(cols: Columns, result: Comparison) -> None:
     """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
     for run_id in cols.runs:
@@ -146,8 +178,8 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
         expected = expected_key_array(spec, int(manifest["gpus"]))
-        at = pc.drop_null(pc.index_in(cols.keys(run_id), value_set=expected)).to_numpy().astype(np.int64)
-        count = np.bincount(at, minlength=len(expected))
+        at = _positions(cols, run_id, spec, int(manifest["gpus"]), expected)
+        count = np.bincount(at[at >= 0], minlength=len(expected))
         for i in np.flatnonzero(count != 1):
             key = expected[int(i)].as_py()
             if count[i] == 0:
@@ -226,9 +258,10 @@ def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
     names = cols.dictionary("status")
     ok_code = names.index("ok") if "ok" in names else -1
     others = np.flatnonzero(status != ok_code)
-    rows = cols.rows_at(np.concatenate([others, [i for i, _ in cols.audit]]).astype(np.int64))
+    rows = cols.rows_at(others)
+    audited = cols.rows_in_memory(np.asarray([i for i, _ in cols.audit], dtype=np.int64))
     for i, problem in cols.audit:
-        result.audit.append(f"{rows[i]['run_id']}:{rows[i]['key']}: {problem}")
+        result.audit.append(f"{audited[i]['run_id']}:{audited[i]['key']}: {problem}")
     for i in others.tolist():
         r = rows[i]
         if r["status"] == "error":
@@ -243,15 +276,15 @@ def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -
     return np.bincount(group[values != values[rep][group]], minlength=size) > 0
 
 
-def _axis_groups(cols: Columns, ok: np.ndarray, col: str, req: np.ndarray, sig: np.ndarray,
+def _axis_groups(ok: np.ndarray, part: Dict[str, np.ndarray], col: str, req: np.ndarray, sig: np.ndarray,
                  ident: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request code: groups with two or more values of col, their rows; and the read indices
     of the rows of groups whose plans or digests are not all one (those the judge must see)."""
-    group, size = combine([req] + [cols.codes(c)[ok] for c in AXES.values() if c != col], 4 * len(ok) + 64)
+    group, size = combine([req] + [part[c] for c in AXES.values() if c != col], 4 * len(ok) + 64)
     rep = np.zeros(size, dtype=np.int64)
     rep[group] = np.arange(len(group))  # any member of each group
     count = np.bincount(group, minlength=size)
-    valid = _varies(group, rep, cols.codes(col)[ok], size)
+    valid = _varies(group, rep, part[col], size)
     judge = valid & (_varies(group, rep, sig, size) | _varies(group, rep, ident, size))
     nreq = int(req.max()) + 1 if len(req) else 0
     of = req[rep[valid]]
@@ -271,11 +304,13 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -
     result.rows = cols.n
     _check_cells(cols, result)
     ok = _statuses(cols, result)
-    req = cols.codes("request")[ok]
-    sig, _ = combine([cols.codes(c)[ok] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
-    ident, _ = combine([cols.codes("out_digest")[ok], cols.codes("lse_digest")[ok]])
-    per_axis = {axis: _axis_groups(cols, ok, col, req, sig, ident) for axis, col in AXES.items()}
-    rows = cols.rows_at(np.concatenate([judged for _, _, judged in per_axis.values()]))
+    take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
+    part = {c: take(cols.codes(c)) for c in AXES.values()}
+    req = take(cols.codes("request"))
+    sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
+    ident, _ = combine([take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])
+    per_axis = {axis: _axis_groups(ok, part, col, req, sig, ident) for axis, col in AXES.items()}
+    rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}
     detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
     by_request: Dict[str, List[dict]] = defaultdict(list)

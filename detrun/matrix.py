@@ -62,13 +62,17 @@ def expected_keys(spec: JobSpec, gpus: int) -> List[str]:
     return keys
 
 
+def key_layout(spec: JobSpec, gpus: int) -> Tuple[List[Tuple[str, str, str]], List[Tuple[int, int]]]:
+    """expected_keys is blocks x cells: (case, request, mode) cells, inner; (slot, repeat) blocks, outer."""
+    cells = [(case, request, mode) for case in spec.cases for mode in spec.modes for request in spec.members(case)]
+    return cells, [(shard.slot, repeat) for shard in shards(spec, gpus) for repeat in shard.repeats]
+
+
 def expected_key_array(spec: JobSpec, gpus: int) -> pa.Array:
     """expected_keys as an Arrow string array, built without a Python string per row."""
-    cells = [f"{case}/{request}/{mode}" for case in spec.cases for mode in spec.modes
-             for request in spec.members(case)]
-    blocks = [(shard.slot, repeat) for shard in shards(spec, gpus) for repeat in shard.repeats]
-    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks])
+    cells, blocks = key_layout(spec, gpus)
+    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells], pa.string())
+    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks], pa.string())
     take_cells = np.tile(np.arange(len(cells), dtype=np.int64), len(blocks))
     take_tails = np.repeat(np.arange(len(blocks), dtype=np.int64), len(cells))
-    return pc.binary_join_element_wise(pa.array(cells, pa.string()).take(take_cells),
-                                       tails.take(take_tails), "")
+    return pc.binary_join_element_wise(heads.take(take_cells), tails.take(take_tails), "")
