@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columnar import Columns, combine, read_columns
+from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS
@@ -276,21 +276,44 @@ def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -
     return np.bincount(group[values != values[rep][group]], minlength=size) > 0
 
 
-def _axis_groups(ok: np.ndarray, part: Dict[str, np.ndarray], col: str, req: np.ndarray, sig: np.ndarray,
-                 ident: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request code: groups with two or more values of col, their rows; and the read indices
+def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray, req: np.ndarray,
+                 sig: np.ndarray, ident: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request code: groups with two or more values of the axis, their rows; and the read indices
     of the rows of groups whose plans or digests are not all one (those the judge must see)."""
-    group, size = combine([req] + [part[c] for c in AXES.values() if c != col], 4 * len(ok) + 64)
     rep = np.zeros(size, dtype=np.int64)
     rep[group] = np.arange(len(group))  # any member of each group
     count = np.bincount(group, minlength=size)
-    valid = _varies(group, rep, part[col], size)
+    valid = _varies(group, rep, axis, size)
     judge = valid & (_varies(group, rep, sig, size) | _varies(group, rep, ident, size))
     nreq = int(req.max()) + 1 if len(req) else 0
     of = req[rep[valid]]
     groups = np.bincount(of, minlength=nreq)
     rows = np.bincount(of, weights=count[valid], minlength=nreq).astype(np.int64)
     return groups, rows, ok[judge[group]]
+
+
+def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
+    """axis -> (group code, bound): rows agreeing on request and every other axis share a code.
+    One mixed-radix code of all axes, the axis' digit taken out (else: combined per axis)."""
+    n, bound = len(req), 4 * len(req) + 64
+    cols = list(AXES.values())
+    radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
+    total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
+    if not n or total >= 1 << 62 or min(int(part[c].min()) for c in cols) < 0:
+        for axis, col in AXES.items():
+            yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
+        return
+    full, _ = combine([req] + [part[c] for c in cols])
+    lower = 1
+    for col in reversed(cols):
+        axis = next(a for a, c in AXES.items() if c == col)
+        group = full // (lower * radix[col]) * lower + full % lower
+        size = total // radix[col]
+        if size > bound:
+            group = densify(group)
+            size = int(group.max()) + 1
+        yield axis, (group, size)
+        lower *= radix[col]
 
 
 def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
@@ -309,7 +332,8 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -
     req = take(cols.codes("request"))
     sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
     ident, _ = combine([take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])
-    per_axis = {axis: _axis_groups(ok, part, col, req, sig, ident) for axis, col in AXES.items()}
+    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, sig, ident)
+                for axis, (group, size) in _groupings(req, part)}
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}
     detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
