@@ -297,9 +297,10 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
     One mixed-radix code of all axes, the axis' digit taken out (else: combined per axis)."""
     n, bound = len(req), 4 * len(req) + 64
     cols = list(AXES.values())
+    part = {c: part[c] - part[c].min() if n and part[c].min() else part[c] for c in cols}  # digits from 0
     radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
     total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
-    if not n or total >= 1 << 62 or min(int(part[c].min()) for c in cols) < 0:
+    if not n or total >= 1 << 62:
         for axis, col in AXES.items():
             yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
         return
