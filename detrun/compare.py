@@ -21,7 +21,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS
-from .matrix import expected_key_array, key_layout
+from .matrix import expected_key_array, key_layout, row_key
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -144,28 +144,32 @@ def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
     return np.array([table.get(v, -1) for v in values] or [-1], dtype=np.int64)[codes]
 
 
-def _positions(cols: Columns, run_id: str, spec, gpus: int, expected: pa.Array) -> np.ndarray:
-    """Each row's place in expected, found from its case/request/mode/slot/repeat and checked
-    against its key; rows whose key is elsewhere (or nowhere) are looked up by key."""
-    keys, (lo, hi) = cols.keys(run_id), cols.row_range(run_id)
-    cells, blocks = key_layout(spec, gpus)
-    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "slot", "repeat")}
-    width = len(cols.dictionary("request")) * len(cols.dictionary("mode"))
-    triples = {(c, r, m): i for i, (c, r, m) in enumerate(cells)}
-    combos = [(c, r, m) for c in cols.dictionary("case") for r in cols.dictionary("request") for m in cols.dictionary("mode")]
-    cell = _lookup(combos, triples, (at["case"] * width + at["request"] * len(cols.dictionary("mode")) + at["mode"]))
-    block = {b: i for i, b in enumerate(blocks)}
+def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
+    """Each row's place in the run's expected keys (blocks x cells), found from its case, request,
+    mode, slot and repeat and checked against its key one file at a time; a row whose key is
+    elsewhere (or nowhere) is looked up by key in expected() (built only then)."""
+    (lo, hi), modes, requests = cols.row_range(run_id), cols.dictionary("mode"), cols.dictionary("request")
+    at = {c: cols.codes(c)[lo:hi].astype(np.int64) for c in ("case", "request", "mode", "slot", "repeat")}
+    combos = [(c, r, m) for c in cols.dictionary("case") for r in requests for m in modes]
+    cell = _lookup(combos, {c: i for i, c in enumerate(cells)},
+                   (at["case"] * len(requests) + at["request"]) * len(modes) + at["mode"])
     reps = int(at["repeat"].max()) + 1 if hi > lo else 1
     slots = int(at["slot"].max()) + 1 if hi > lo else 1
-    grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], block,
+    grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], {b: i for i, b in enumerate(blocks)},
                    np.clip(at["slot"], 0, None) * reps + np.clip(at["repeat"], 0, None))
     pos = np.where((cell >= 0) & (grid >= 0), grid * len(cells) + cell, -1)
-    if len(expected):
-        same = pc.equal(keys, expected.take(pa.array(np.maximum(pos, 0)))).to_numpy(zero_copy_only=False)
-        pos[~same] = -1
+    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells] or [""], pa.string())
+    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks] or [""], pa.string())
+    keys, start = cols.keys(run_id), 0
+    for chunk in keys.chunks:
+        part = slice(start, start + len(chunk))
+        want = pc.binary_join_element_wise(heads.take(pa.array(np.maximum(cell[part], 0))),
+                                           tails.take(pa.array(np.maximum(grid[part], 0))), "")
+        pos[part][~pc.equal(chunk, want).to_numpy(zero_copy_only=False)] = -1
+        start += len(chunk)
     rest = np.flatnonzero(pos < 0)
     if len(rest):
-        found = pc.index_in(keys.take(pa.array(rest)), value_set=expected).to_numpy(zero_copy_only=False)
+        found = pc.index_in(keys.take(pa.array(rest)), value_set=expected()).to_numpy(zero_copy_only=False)
         pos[rest] = np.where(np.isnan(found.astype(float)), -1, found).astype(np.int64)
     return pos
 
@@ -176,12 +180,13 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
         manifest = cols.store.manifest(run_id)
         if manifest.get("status") != "complete":
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
-        spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
-        expected = expected_key_array(spec, int(manifest["gpus"]))
-        at = _positions(cols, run_id, spec, int(manifest["gpus"]), expected)
-        count = np.bincount(at[at >= 0], minlength=len(expected))
-        for i in np.flatnonzero(count != 1):
-            key = expected[int(i)].as_py()
+        spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
+        cells, blocks = key_layout(spec, gpus)
+        at = _positions(cols, run_id, cells, blocks, lambda: expected_key_array(spec, gpus))
+        count = np.bincount(at[at >= 0], minlength=len(cells) * len(blocks))
+        for i in np.flatnonzero(count != 1).tolist():
+            (case, request, mode), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
+            key = row_key(case, request, mode, repeat, slot)
             if count[i] == 0:
                 result.missing.append(f"{run_id}:{key}")
             else:
