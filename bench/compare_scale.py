@@ -2,6 +2,8 @@
 
     python bench/gen_rows.py /tmp/runs-10m                   # once: 10M rows
     python bench/compare_scale.py /tmp/runs-10m [--cli]
+    git archive 418041a detrun | tar -x -C /tmp/detrun_old   # the code before, to compare with
+    python bench/compare_scale.py /tmp/runs-1m --code /tmp/detrun_old
 
 Each measurement runs in a fresh child process, which reports its own peak RSS (getrusage at exit)
 and, for the library calls, the seconds of the call alone (no interpreter start or imports);
@@ -42,11 +44,11 @@ def _tagged(text: str, tag: str) -> float:
     return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(tag)), float("nan"))
 
 
-def measure(name: str, code: str) -> None:
+def measure(name: str, code: str, where: str = ROOT) -> None:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", PROLOGUE + code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ROOT})  # this checkout, not an installed one
+    proc = subprocess.run([sys.executable, "-c", PROLOGUE + code], cwd=where, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": where})  # this checkout, not an installed one
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -62,10 +64,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
     ap.add_argument("--cli", action="store_true", help="also time the command line")
+    ap.add_argument("--code", default=ROOT, help="the detrun checkout to time (default: this one)")
+    ap.add_argument("--only", choices=["compare", "history"], help="time only this library call")
     args = ap.parse_args()
-    print(f"runs root {args.root}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
-    for name, code in {**LIB, **(CLI if args.cli else {})}.items():
-        measure(name, code.format(root=args.root))
+    print(f"runs root {args.root}; code {args.code}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    jobs = {**LIB, **(CLI if args.cli else {})}
+    for name, code in ({args.only: LIB[args.only]} if args.only else jobs).items():
+        measure(name, code.format(root=args.root), os.path.abspath(args.code))
 
 
 if __name__ == "__main__":
