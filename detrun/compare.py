@@ -282,14 +282,14 @@ def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -
 
 
 def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray, req: np.ndarray,
-                 sig: np.ndarray, ident: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 judged: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request code: groups with two or more values of the axis, their rows; and the read indices
-    of the rows of groups whose plans or digests are not all one (those the judge must see)."""
+    of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
     rep = np.zeros(size, dtype=np.int64)
     rep[group] = np.arange(len(group))  # any member of each group
     count = np.bincount(group, minlength=size)
     valid = _varies(group, rep, axis, size)
-    judge = valid & (_varies(group, rep, sig, size) | _varies(group, rep, ident, size))
+    judge = valid & _varies(group, rep, judged, size)
     nreq = int(req.max()) + 1 if len(req) else 0
     of = req[rep[valid]]
     groups = np.bincount(of, minlength=nreq)
@@ -337,8 +337,8 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -
     part = {c: take(cols.codes(c)) for c in AXES.values()}
     req = take(cols.codes("request"))
     sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
-    ident, _ = combine([take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])
-    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, sig, ident)
+    judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
+    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, judged)
                 for axis, (group, size) in _groupings(req, part)}
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}
