@@ -13,11 +13,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .audit import audit_kernels
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS
-from .matrix import expected_keys
+from .matrix import expected_key_array, key_layout, row_key
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -135,21 +139,58 @@ class _Blobs:
         return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], a[f"{which}_shape"])
 
 
-def _check_cells(store: RunStore, runs: Sequence[str], rows: List[dict], result: Comparison) -> None:
-    seen: Dict[Tuple[str, str], int] = defaultdict(int)
-    for r in rows:
-        seen[(r["run_id"], r["key"])] += 1
-    for run_id in runs:
-        manifest = store.manifest(run_id)
+def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
+    """table[values[code]] per code, -1 where absent."""
+    return np.array([table.get(v, -1) for v in values] or [-1], dtype=np.int64)[codes]
+
+
+def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
+    """Each row's place in the run's expected keys (blocks x cells), found from its case, request,
+    mode, slot and repeat and checked against its key one file at a time; a row whose key is
+    elsewhere (or nowhere) is looked up by key in expected() (built only then)."""
+    (lo, hi), modes, requests = cols.row_range(run_id), cols.dictionary("mode"), cols.dictionary("request")
+    at = {c: cols.codes(c)[lo:hi].astype(np.int64) for c in ("case", "request", "mode", "slot", "repeat")}
+    combos = [(c, r, m) for c in cols.dictionary("case") for r in requests for m in modes]
+    cell = _lookup(combos, {c: i for i, c in enumerate(cells)},
+                   (at["case"] * len(requests) + at["request"]) * len(modes) + at["mode"])
+    reps = int(at["repeat"].max()) + 1 if hi > lo else 1
+    slots = int(at["slot"].max()) + 1 if hi > lo else 1
+    grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], {b: i for i, b in enumerate(blocks)},
+                   np.clip(at["slot"], 0, None) * reps + np.clip(at["repeat"], 0, None))
+    pos = np.where((cell >= 0) & (grid >= 0), grid * len(cells) + cell, -1)
+    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells] or [""], pa.string())
+    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks] or [""], pa.string())
+    keys, start = cols.keys(run_id), 0
+    for chunk in keys.chunks:
+        part = slice(start, start + len(chunk))
+        want = pc.binary_join_element_wise(heads.take(pa.array(np.maximum(cell[part], 0))),
+                                           tails.take(pa.array(np.maximum(grid[part], 0))), "")
+        pos[part][~pc.equal(chunk, want).to_numpy(zero_copy_only=False)] = -1
+        start += len(chunk)
+    rest = np.flatnonzero(pos < 0)
+    if len(rest):
+        found = pc.index_in(keys.take(pa.array(rest)), value_set=expected()).to_numpy(zero_copy_only=False)
+        pos[rest] = np.where(np.isnan(found.astype(float)), -1, found).astype(np.int64)
+    return pos
+
+
+def _check_cells(cols: Columns, result: Comparison) -> None:
+    """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
+    for run_id in cols.runs:
+        manifest = cols.store.manifest(run_id)
         if manifest.get("status") != "complete":
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
-        spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
-        for key in expected_keys(spec, int(manifest["gpus"])):
-            count = seen.get((run_id, key), 0)
-            if count == 0:
+        spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
+        cells, blocks = key_layout(spec, gpus)
+        at = _positions(cols, run_id, cells, blocks, lambda: expected_key_array(spec, gpus))
+        count = np.bincount(at[at >= 0], minlength=len(cells) * len(blocks))
+        for i in np.flatnonzero(count != 1).tolist():
+            (case, request, mode), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
+            key = row_key(case, request, mode, repeat, slot)
+            if count[i] == 0:
                 result.missing.append(f"{run_id}:{key}")
-            elif count > 1:
-                result.duplicates.append(f"{run_id}:{key} x{count}")
+            else:
+                result.duplicates.append(f"{run_id}:{key} x{count[i]}")
 
 
 class _GroupJudge:
@@ -212,43 +253,115 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
     return rows
 
 
-def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
-    result = Comparison(list(runs), strict=strict)
-    rows = store.read_rows(runs).to_pylist()
-    result.rows = len(rows)
-    _check_cells(store, runs, rows, result)
-    ok = []
-    for r in rows:
-        ident = f"{r['run_id']}:{r['key']}"
-        if r["status"] == "ok":
-            ok.append(r)
-            problem = audit_kernels(r["path"], r["kernels"])
-            if problem:
-                result.audit.append(f"{ident}: {problem}")
-        elif r["status"] == "error":
-            result.errors.append((ident, r["reason"]))
+def _order(r: dict, order: Dict[str, int]) -> tuple:
+    return order[r["run_id"]], r["slot"], r["case"], r["mode"], r["repeat"]
+
+
+def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
+    """Audit, error and not-run lists in read order; returns the read indices of the ok rows."""
+    status = cols.codes("status")
+    names = cols.dictionary("status")
+    ok_code = names.index("ok") if "ok" in names else -1
+    others = np.flatnonzero(status != ok_code)
+    rows = cols.rows_at(others)
+    audited = cols.rows_in_memory(np.asarray([i for i, _ in cols.audit], dtype=np.int64))
+    for i, problem in cols.audit:
+        result.audit.append(f"{audited[i]['run_id']}:{audited[i]['key']}: {problem}")
+    for i in others.tolist():
+        r = rows[i]
+        if r["status"] == "error":
+            result.errors.append((f"{r['run_id']}:{r['key']}", r["reason"]))
         else:
-            result.not_run.append((ident, r["status"], r["reason"]))
-    order = {run: i for i, run in enumerate(runs)}
-    ok.sort(key=lambda r: (order[r["run_id"]], r["slot"], r["case"], r["mode"], r["repeat"]))
-    blobs = _Blobs(store, runs)
-    by_request: Dict[str, List[dict]] = defaultdict(list)
-    for r in ok:
-        by_request[r["request"]].append(r)
-    for request in sorted(by_request):
+            result.not_run.append((f"{r['run_id']}:{r['key']}", r["status"], r["reason"]))
+    return np.flatnonzero(status == ok_code)
+
+
+def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per group: whether values are not all one (compared with one representative row each)."""
+    return np.bincount(group[values != values[rep][group]], minlength=size) > 0
+
+
+def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray, req: np.ndarray,
+                 judged: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request code: groups with two or more values of the axis, their rows; and the read indices
+    of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
+    rep = np.zeros(size, dtype=np.int64)
+    rep[group] = np.arange(len(group))  # any member of each group
+    count = np.bincount(group, minlength=size)
+    valid = _varies(group, rep, axis, size)
+    judge = valid & _varies(group, rep, judged, size)
+    nreq = int(req.max()) + 1 if len(req) else 0
+    of = req[rep[valid]]
+    groups = np.bincount(of, minlength=nreq)
+    rows = np.bincount(of, weights=count[valid], minlength=nreq).astype(np.int64)
+    return groups, rows, ok[judge[group]]
+
+
+def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
+    """axis -> (group code, bound): rows agreeing on request and every other axis share a code.
+    One mixed-radix code of all axes, the axis' digit taken out (else: combined per axis)."""
+    n, bound = len(req), 4 * len(req) + 64
+    cols = list(AXES.values())
+    part = {c: part[c] - part[c].min() if n and part[c].min() else part[c] for c in cols}  # digits from 0
+    radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
+    total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
+    if not n or total >= 1 << 62:
         for axis, col in AXES.items():
-            others = [c for c in AXES.values() if c != col]
-            groups: Dict[tuple, List[dict]] = defaultdict(list)
-            for r in by_request[request]:
-                groups[tuple(r[c] for c in others)].append(r)
-            verdict = AxisVerdict(request, axis, "n/a")
+            yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
+        return
+    full, _ = combine([req] + [part[c] for c in cols])
+    lower = 1
+    for col in reversed(cols):
+        axis = next(a for a, c in AXES.items() if c == col)
+        group = full // (lower * radix[col]) * lower + full % lower
+        size = total // radix[col]
+        if size > bound:
+            group = densify(group)
+            size = int(group.max()) + 1
+        yield axis, (group, size)
+        lower *= radix[col]
+
+
+def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
+    return compare_columns(read_columns(store, runs), max_details, strict)
+
+
+def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -> Comparison:
+    """compare_runs over rows already read: grouping on integer codes, Python only for the groups
+    whose plans or digests are not all one (their mismatches, notes and counts)."""
+    result = Comparison(list(cols.runs), strict=strict)
+    result.rows = cols.n
+    _check_cells(cols, result)
+    ok = _statuses(cols, result)
+    take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
+    part = {c: take(cols.codes(c)) for c in AXES.values()}
+    req = take(cols.codes("request"))
+    sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
+    judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
+    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, judged)
+                for axis, (group, size) in _groupings(req, part)}
+    rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
+    order = {run: i for i, run in enumerate(cols.runs)}
+    detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
+    by_request: Dict[str, List[dict]] = defaultdict(list)
+    for i in detail:
+        by_request[rows[i]["request"]].append(i)
+    blobs = _Blobs(cols.store, cols.runs)
+    names = cols.dictionary("request")
+    judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
+    for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
+        request = names[code]
+        for axis, col in AXES.items():
+            groups, nrows, _ = per_axis[axis]
+            judged = judged_sets[axis]
+            verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
             judge = _GroupJudge(result, blobs, axis, request, max_details)
-            for members in groups.values():
-                if len({r[col] for r in members}) < 2:
-                    continue
-                verdict.groups += 1
-                verdict.rows += len(members)
-                unexplained, explained = judge(members)
+            members: Dict[tuple, List[dict]] = defaultdict(list)
+            for i in by_request[request]:
+                if i in judged:
+                    members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
+            for group in members.values():
+                unexplained, explained = judge(group)
                 verdict.differing_groups += unexplained
                 verdict.explained_groups += explained and not unexplained
             if verdict.groups:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Tuple
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .spec import JobSpec
 
 
@@ -60,3 +64,19 @@ def shard_keys(spec: JobSpec, shard: Shard) -> List[str]:
 def expected_keys(spec: JobSpec, gpus: int) -> List[str]:
     """Every row a complete run of this spec on this many GPU slots must have."""
     return [key for shard in shards(spec, gpus) for key in shard_keys(spec, shard)]
+
+
+def key_layout(spec: JobSpec, gpus: int) -> Tuple[List[Tuple[str, str, str]], List[Tuple[int, int]]]:
+    """expected_keys is blocks x cells: (case, request, mode) cells, inner; (slot, repeat) blocks, outer."""
+    cells = [(case, request, mode) for case in spec.cases for mode in spec.modes for request in spec.members(case)]
+    return cells, [(shard.slot, repeat) for shard in shards(spec, gpus) for repeat in shard.repeats]
+
+
+def expected_key_array(spec: JobSpec, gpus: int) -> pa.Array:
+    """expected_keys as an Arrow string array, built without a Python string per row."""
+    cells, blocks = key_layout(spec, gpus)
+    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells], pa.string())
+    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks], pa.string())
+    take_cells = np.tile(np.arange(len(cells), dtype=np.int64), len(blocks))
+    take_tails = np.repeat(np.arange(len(blocks), dtype=np.int64), len(cells))
+    return pc.binary_join_element_wise(heads.take(take_cells), tails.take(take_tails), "")

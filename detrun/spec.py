@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Union
 
@@ -117,7 +118,7 @@ class JobSpec(_Model):
         for case in self.cases:
             names = self.members(case)
             keys = [self.prefix_key(n) for n in names if self.request(n).prefix_len]
-            for key in {k for k in keys if keys.count(k) > 1}:
+            for key in {k for k, n in Counter(keys).items() if n > 1}:
                 if lens[key] % self.page_size:
                     raise ValueError(
                         f"cases.{case}: shared prefix {key!r} needs prefix_len a multiple of page_size"

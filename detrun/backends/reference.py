@@ -103,7 +103,7 @@ class ReferenceBackend(AttentionBackend):
         if self.opts.variant == "exact":
             return 1 << 62
         if self.opts.variant == "canary":
-            return 16
+            return 2  # many partials merged in a random order: repeats differ (almost surely)
         n_split = max(1, (2 * self.opts.num_sms) // (len(batch.requests) * self.spec.heads.kv))
         chunk = -(-max(batch.kv_lens) // n_split)
         return -(-chunk // tile) * tile

@@ -1,0 +1,208 @@
+"""The rows of a run set as integer codes, read per Parquet file: what compare and history group on.
+
+Strings are read dictionary-encoded (Parquet stores them so), unified across files and kept as
+int32 codes; the kernel audit runs per file while the kernel lists are in memory and is then
+dropped. Whole rows are only built (rows_at) for the few rows a verdict needs to explain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .audit import audit_kernels
+from .errors import DetrunError
+from .fingerprint import FINGERPRINT_FIELDS
+from .store import SCHEMA, RunStore
+
+_ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
+INTS = ("repeat", "slot", "sm_count")
+STRINGS = ("run_id", "case", "request", "mode", "status", "backend", "attn", "path", "plan",
+           "out_digest", "lse_digest", "fingerprint", *_ENV)
+_DICT = pa.dictionary(pa.int32(), pa.string())
+DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a row needs
+
+
+def _read(store: RunStore, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
+    """Some columns of one file, dictionary-encoded where asked."""
+    try:
+        return pq.read_table(path, columns=list(columns), filesystem=store.fs, read_dictionary=list(dictionary))
+    except (pa.ArrowException, OSError) as exc:
+        raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+
+
+def _as_codes(table: pa.Table) -> pa.Table:
+    """Coded string columns as dictionaries (a file without dictionary pages reads them plain)."""
+    for i, f in enumerate(table.schema):
+        if f.type == pa.string() and f.name in STRINGS:
+            table = table.set_column(i, f.name, pc.dictionary_encode(table.column(i)).cast(_DICT))
+    return table
+
+
+def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]]) -> List[Tuple[int, str]]:
+    """(row index, problem) for the ok rows of one file whose kernels contradict their path.
+    Kernel names are dictionary codes: each distinct (path, kernel list) is audited once."""
+    kernels = table.column("kernels").combine_chunks()
+    flat = kernels.flatten()
+    if not len(flat):
+        return []
+    names = flat.dictionary.to_pylist()
+    codes = flat.indices.to_numpy()
+    hit = np.zeros(len(kernels), dtype=bool)
+    hit[pc.list_parent_indices(kernels).to_numpy()[np.array(["flashinfer" in k for k in names])[codes]]] = True
+    status = table.column("status").combine_chunks()
+    hit &= pc.equal(status.cast(pa.string()), "ok").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(hit)
+    if not len(rows):
+        return []
+    path = table.column("path").combine_chunks()
+    offsets = kernels.offsets.to_numpy()
+    first, length = offsets[rows] - offsets[0], np.diff(offsets)[rows]
+    parts = [path.indices.to_numpy()[rows], length]
+    parts += [np.where(length > j, codes[np.minimum(first + j, len(codes) - 1)], -1) for j in range(int(length.max()))]
+    combo, _ = combine(parts)
+    uniq, at, inverse = np.unique(combo, return_index=True, return_inverse=True)
+    problems = []
+    for r in rows[at]:
+        f, n = int(offsets[r] - offsets[0]), int(offsets[r + 1] - offsets[r])
+        seen = (path.dictionary[path.indices[r].as_py()].as_py(), tuple(names[c] for c in codes[f:f + n]))
+        if seen not in cache:
+            cache[seen] = audit_kernels(*seen)
+        problems.append(cache[seen])
+    bad = np.array([p is not None for p in problems])[inverse.ravel()]
+    return [(start + int(r), problems[k]) for r, k in zip(rows[bad], inverse.ravel()[bad])]
+
+
+class _Row(dict):
+    def __init__(self, cols: "Columns", index: int, fields: dict):
+        super().__init__(fields)
+        self.cols, self.index = cols, index
+
+    def __missing__(self, name: str):
+        if name not in DETAIL:
+            raise KeyError(name)
+        self.update(self.cols.rows_at([self.index])[self.index])
+        return self[name]
+
+
+@dataclass
+class Columns:
+    """Rows of runs (in run order, files sorted, rows in file order), as codes (keys as strings);
+    a row's index is its place in that order."""
+
+    store: RunStore
+    runs: List[str]
+    files: List[str]
+    starts: np.ndarray  # row index where each file starts; last entry: total rows
+    run_files: Dict[str, Tuple[int, int]]  # run -> its files [lo, hi)
+    table: pa.Table
+    audit: List[Tuple[int, str]] = field(default_factory=list)
+    _codes: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return int(self.starts[-1])
+
+    def codes(self, column: str) -> np.ndarray:
+        """int codes of a column (indices into dictionary(column) for strings), in read order."""
+        if column not in self._codes:
+            arr = self.table.column(column)
+            chunks = [c.indices if pa.types.is_dictionary(arr.type) else c for c in arr.chunks]
+            self._codes[column] = np.concatenate([c.to_numpy() for c in chunks]) if chunks else np.zeros(0, np.int32)
+        return self._codes[column]
+
+    def dictionary(self, column: str) -> List[str]:
+        arr = self.table.column(column)
+        return arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
+
+    def rows_in_memory(self, idx: np.ndarray) -> Dict[int, dict]:
+        """Rows as dicts from the columns read; any other field is read from its file when asked."""
+        out: Dict[int, dict] = {}
+        for f, local in self._by_file(idx):  # one chunk per file: take within it, never across
+            chunk = self.table.slice(int(self.starts[f]), int(self.starts[f + 1] - self.starts[f]))
+            rows = chunk.take(pa.array(local - self.starts[f])).to_pylist()
+            out.update((int(i), _Row(self, int(i), r)) for i, r in zip(local, rows))
+        return out
+
+    def _by_file(self, idx: Sequence[int]):
+        idx = np.unique(np.asarray(idx, dtype=np.int64))
+        where = np.searchsorted(self.starts, idx, side="right") - 1
+        for f in np.unique(where):
+            yield int(f), idx[where == f]
+
+    def rows_at(self, idx: Sequence[int]) -> Dict[int, dict]:
+        """The rows at these read-order indices as dicts (every field but the kernel list)."""
+        out: Dict[int, dict] = {}
+        for f, local in self._by_file(idx):
+            rows = _read(self.store, self.files[f], DETAIL).take(local - self.starts[f]).to_pylist()
+            out.update(zip(local.tolist(), rows))
+        return out
+
+    def row_range(self, run_id: str) -> Tuple[int, int]:
+        lo, hi = self.run_files[run_id]
+        return int(self.starts[lo]), int(self.starts[hi])
+
+    def keys(self, run_id: str) -> pa.ChunkedArray:
+        a, b = self.row_range(run_id)
+        return self.table.column("key").slice(a, b - a)
+
+    def only(self, run_id: str) -> "Columns":
+        """The rows of one of the runs (a slice: codes keep their dictionaries)."""
+        lo, hi = self.run_files[run_id]
+        a, b = self.row_range(run_id)
+        return Columns(self.store, [run_id], self.files[lo:hi], self.starts[lo:hi + 1] - a,
+                       {run_id: (0, hi - lo)}, self.table.slice(a, b - a),
+                       [(i - a, p) for i, p in self.audit if a <= i < b])
+
+
+def read_columns(store: RunStore, runs: Sequence[str]) -> Columns:
+    files, run_files, tables, audit, cache = [], {}, [], [], {}
+    starts = [0]
+    for run_id in runs:
+        store.manifest(run_id)
+        lo = len(files)
+        for path in store.row_files(run_id):
+            table = _read(store, path, INTS + STRINGS + ("key", "kernels"), STRINGS + ("kernels.list.element",))
+            audit += _audit(table, starts[-1], cache)
+            tables.append(_as_codes(table.drop_columns(["kernels"])))
+            files.append(path)
+            starts.append(starts[-1] + len(table))
+        run_files[run_id] = (lo, len(files))
+    if tables:
+        table = pa.concat_tables(tables).unify_dictionaries()
+    else:
+        table = _as_codes(SCHEMA.empty_table().select(INTS + STRINGS + ("key",)))
+    return Columns(store, list(runs), files, np.asarray(starts, dtype=np.int64), run_files, table, audit)
+
+
+def densify(code: np.ndarray) -> np.ndarray:
+    """Dense int64 codes 0..k-1 for the distinct values of code (hashing, not sorting)."""
+    return pc.dictionary_encode(pa.array(code)).indices.to_numpy().astype(np.int64)
+
+
+def combine(parts: Sequence[np.ndarray], bound: Optional[int] = None) -> Tuple[np.ndarray, int]:
+    """One int64 code per row, equal exactly where every part is equal, and an upper bound of the
+    codes (mixed radix; made dense by hashing when the bound would pass `bound` or int64)."""
+    n = len(parts[0]) if parts else 0
+    limit = min(bound or 1 << 62, 1 << 62)
+    code, size = np.zeros(n, dtype=np.int64), 1
+    if not n:
+        return code, 1
+    for part in parts:
+        low = int(part.min())
+        part = part.astype(np.int64, copy=False) - low if low else part.astype(np.int64, copy=False)
+        radix = int(part.max()) + 1
+        if size * radix > limit:
+            code = densify(code)
+            size = int(code.max()) + 1
+        code = code * radix + part
+        size *= radix
+    if size > limit:
+        code = densify(code)
+        size = int(code.max()) + 1
+    return code, size
