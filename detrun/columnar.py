@@ -111,9 +111,13 @@ class Columns:
     def codes(self, column: str) -> np.ndarray:
         """int codes of a column (indices into dictionary(column) for strings), in read order."""
         if column not in self._codes:
-            arr = self.table.column(column)
+            i = self.table.schema.get_field_index(column)
+            arr = self.table.column(i)
+            if arr.num_chunks > 1:  # one chunk, which the codes then view: the codes are held once, not twice
+                arr = pa.chunked_array([arr.combine_chunks()], arr.type)
+                self.table = self.table.set_column(i, self.table.schema.field(i), arr)
             chunks = [c.indices if pa.types.is_dictionary(arr.type) else c for c in arr.chunks]
-            self._codes[column] = np.concatenate([c.to_numpy() for c in chunks]) if chunks else np.zeros(0, np.int32)
+            self._codes[column] = chunks[0].to_numpy() if chunks else np.zeros(0, np.int32)
         return self._codes[column]
 
     def dictionary(self, column: str) -> List[str]:
@@ -152,12 +156,15 @@ class Columns:
         return self.table.column("key").slice(a, b - a)
 
     def only(self, run_id: str) -> "Columns":
-        """The rows of one of the runs (a slice: codes keep their dictionaries)."""
+        """The rows of one of the runs (a slice: codes keep their dictionaries, and view this one's)."""
         lo, hi = self.run_files[run_id]
         a, b = self.row_range(run_id)
+        for column in INTS + STRINGS:
+            self.codes(column)
         return Columns(self.store, [run_id], self.files[lo:hi], self.starts[lo:hi + 1] - a,
                        {run_id: (0, hi - lo)}, self.table.slice(a, b - a),
-                       [(i - a, p) for i, p in self.audit if a <= i < b])
+                       [(i - a, p) for i, p in self.audit if a <= i < b],
+                       {c: v[a:b] for c, v in self._codes.items()})
 
 
 def read_columns(store: RunStore, runs: Sequence[str]) -> Columns:
@@ -187,21 +194,34 @@ def densify(code: np.ndarray) -> np.ndarray:
 
 def combine(parts: Sequence[np.ndarray], bound: Optional[int] = None) -> Tuple[np.ndarray, int]:
     """One int64 code per row, equal exactly where every part is equal, and an upper bound of the
-    codes (mixed radix; made dense by hashing when the bound would pass `bound` or int64)."""
+    codes (mixed radix; made dense by hashing when the bound would pass `bound` or int64).
+    Constant parts (one value) add nothing and are skipped; the arithmetic is in place."""
     n = len(parts[0]) if parts else 0
     limit = min(bound or 1 << 62, 1 << 62)
-    code, size = np.zeros(n, dtype=np.int64), 1
+    code, size = None, 1
     if not n:
-        return code, 1
+        return np.zeros(0, dtype=np.int64), 1
     for part in parts:
-        low = int(part.min())
-        part = part.astype(np.int64, copy=False) - low if low else part.astype(np.int64, copy=False)
-        radix = int(part.max()) + 1
+        low, high = int(part.min()), int(part.max())
+        radix = high - low + 1
+        if radix == 1:
+            continue
+        if code is None:
+            code = part.astype(np.int64)  # a copy: the caller's array is never written
+            if low:
+                code -= low
+            size = radix
+            continue
         if size * radix > limit:
             code = densify(code)
             size = int(code.max()) + 1
-        code = code * radix + part
+        code *= radix
+        code += part
+        if low:
+            code -= low
         size *= radix
+    if code is None:
+        return np.zeros(n, dtype=np.int64), 1
     if size > limit:
         code = densify(code)
         size = int(code.max()) + 1

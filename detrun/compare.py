@@ -140,8 +140,19 @@ class _Blobs:
 
 
 def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
-    """table[values[code]] per code, -1 where absent."""
-    return np.array([table.get(v, -1) for v in values] or [-1], dtype=np.int64)[codes]
+    """table[values[code]] per code, -1 where absent (int32 where the table's values fit)."""
+    found = [table.get(v, -1) for v in values] or [-1]
+    dtype = np.int32 if len(table) < 1 << 31 else np.int64
+    return np.array(found, dtype=dtype)[codes]
+
+
+def _digits(first: np.ndarray, radix: int, second: np.ndarray) -> np.ndarray:
+    """first * radix + second, in int32 where it fits (in place on one new array)."""
+    wide = (int(first.max()) + 1) * radix >= 1 << 31 if len(first) else False
+    out = first.astype(np.int64 if wide else np.int32)
+    out *= radix
+    out += second
+    return out
 
 
 def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
@@ -149,15 +160,21 @@ def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) 
     mode, slot and repeat and checked against its key one file at a time; a row whose key is
     elsewhere (or nowhere) is looked up by key in expected() (built only then)."""
     (lo, hi), modes, requests = cols.row_range(run_id), cols.dictionary("mode"), cols.dictionary("request")
-    at = {c: cols.codes(c)[lo:hi].astype(np.int64) for c in ("case", "request", "mode", "slot", "repeat")}
+    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "slot", "repeat")}
     combos = [(c, r, m) for c in cols.dictionary("case") for r in requests for m in modes]
     cell = _lookup(combos, {c: i for i, c in enumerate(cells)},
-                   (at["case"] * len(requests) + at["request"]) * len(modes) + at["mode"])
+                   _digits(_digits(at["case"], len(requests), at["request"]), len(modes), at["mode"]))
     reps = int(at["repeat"].max()) + 1 if hi > lo else 1
     slots = int(at["slot"].max()) + 1 if hi > lo else 1
+    slot = np.maximum(at["slot"], 0)
     grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], {b: i for i, b in enumerate(blocks)},
-                   np.clip(at["slot"], 0, None) * reps + np.clip(at["repeat"], 0, None))
-    pos = np.where((cell >= 0) & (grid >= 0), grid * len(cells) + cell, -1)
+                   _digits(slot, reps, np.maximum(at["repeat"], 0)))
+    del slot
+    wide = len(blocks) * len(cells) >= 1 << 31
+    pos = grid.astype(np.int64) if wide else grid.astype(np.int32)
+    pos *= len(cells)
+    pos += cell
+    pos[(cell < 0) | (grid < 0)] = -1
     heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells] or [""], pa.string())
     tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks] or [""], pa.string())
     keys, start = cols.keys(run_id), 0
@@ -286,7 +303,7 @@ def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray,
     """Per request code: groups with two or more values of the axis, their rows; and the read indices
     of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
     rep = np.zeros(size, dtype=np.int64)
-    rep[group] = np.arange(len(group))  # any member of each group
+    rep[group] = np.arange(len(group), dtype=np.int32 if len(group) < 1 << 31 else np.int64)  # any member
     count = np.bincount(group, minlength=size)
     valid = _varies(group, rep, axis, size)
     judge = valid & _varies(group, rep, judged, size)
@@ -310,10 +327,15 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
             yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
         return
     full, _ = combine([req] + [part[c] for c in cols])
+    if total < 1 << 31:
+        full = full.astype(np.int32)  # half the memory traffic of the five groupings
     lower = 1
     for col in reversed(cols):
         axis = next(a for a, c in AXES.items() if c == col)
-        group = full // (lower * radix[col]) * lower + full % lower
+        group = full // (lower * radix[col])
+        if lower > 1:
+            group *= lower
+            group += full % lower
         size = total // radix[col]
         if size > bound:
             group = densify(group)
