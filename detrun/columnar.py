@@ -111,14 +111,25 @@ class Columns:
     def codes(self, column: str) -> np.ndarray:
         """int codes of a column (indices into dictionary(column) for strings), in read order."""
         if column not in self._codes:
-            i = self.table.schema.get_field_index(column)
-            arr = self.table.column(i)
-            if arr.num_chunks > 1:  # one chunk, which the codes then view: the codes are held once, not twice
-                arr = pa.chunked_array([arr.combine_chunks()], arr.type)
-                self.table = self.table.set_column(i, self.table.schema.field(i), arr)
-            chunks = [c.indices if pa.types.is_dictionary(arr.type) else c for c in arr.chunks]
-            self._codes[column] = chunks[0].to_numpy() if chunks else np.zeros(0, np.int32)
+            self._codes[column] = self._read_codes(column)
         return self._codes[column]
+
+    def _read_codes(self, column: str) -> np.ndarray:
+        """A column of one value is a read-only broadcast (no memory); any other is combined into one
+        Arrow chunk, which the codes then view (held once, not twice)."""
+        i = self.table.schema.get_field_index(column)
+        arr = self.table.column(i)
+        views = [(c.indices if pa.types.is_dictionary(arr.type) else c).to_numpy() for c in arr.chunks]
+        if not views:
+            return np.zeros(0, np.int32)
+        full = [v for v in views if len(v)]
+        if full and all(int(v.min()) == int(v.max()) == int(full[0][0]) for v in full):
+            return np.broadcast_to(full[0][:1], (len(self.table),))
+        if arr.num_chunks > 1:
+            arr = pa.chunked_array([arr.combine_chunks()], arr.type)
+            self.table = self.table.set_column(i, self.table.schema.field(i), arr)
+        chunk = arr.chunk(0)
+        return (chunk.indices if pa.types.is_dictionary(arr.type) else chunk).to_numpy()
 
     def dictionary(self, column: str) -> List[str]:
         arr = self.table.column(column)
