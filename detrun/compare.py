@@ -295,6 +295,8 @@ def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
 
 def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """Per group: whether values are not all one (compared with one representative row each)."""
+    if not len(values) or values.min() == values.max():  # one value overall: no group varies
+        return np.zeros(size, dtype=bool)
     return np.bincount(group[values != values[rep][group]], minlength=size) > 0
 
 
@@ -302,11 +304,12 @@ def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray,
                  judged: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request code: groups with two or more values of the axis, their rows; and the read indices
     of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
-    rep = np.zeros(size, dtype=np.int64)
-    rep[group] = np.arange(len(group), dtype=np.int32 if len(group) < 1 << 31 else np.int64)  # any member
+    index = np.int32 if len(group) < 1 << 31 else np.int64
+    rep = np.zeros(size, dtype=index)
+    rep[group] = np.arange(len(group), dtype=index)  # any member of each group
     count = np.bincount(group, minlength=size)
     valid = _varies(group, rep, axis, size)
-    judge = valid & _varies(group, rep, judged, size)
+    judge = valid & _varies(group, rep, judged, size) if valid.any() else valid
     nreq = int(req.max()) + 1 if len(req) else 0
     of = req[rep[valid]]
     groups = np.bincount(of, minlength=nreq)
