@@ -9,6 +9,8 @@ output and LSE digests ("differs", a failure); a difference between rows whose p
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -177,13 +179,17 @@ def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) 
     pos[(cell < 0) | (grid < 0)] = -1
     heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells] or [""], pa.string())
     tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks] or [""], pa.string())
-    keys, start = cols.keys(run_id), 0
-    for chunk in keys.chunks:
-        part = slice(start, start + len(chunk))
+    keys = cols.keys(run_id)
+    bounds = np.cumsum([0] + [len(chunk) for chunk in keys.chunks])
+
+    def check(k: int) -> None:  # Arrow and numpy let go of the GIL: chunks are checked in parallel
+        part = slice(int(bounds[k]), int(bounds[k + 1]))
         want = pc.binary_join_element_wise(heads.take(pa.array(np.maximum(cell[part], 0))),
                                            tails.take(pa.array(np.maximum(grid[part], 0))), "")
-        pos[part][~pc.equal(chunk, want).to_numpy(zero_copy_only=False)] = -1
-        start += len(chunk)
+        pos[part][~pc.equal(keys.chunk(k), want).to_numpy(zero_copy_only=False)] = -1
+
+    with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        list(pool.map(check, range(keys.num_chunks)))
     rest = np.flatnonzero(pos < 0)
     if len(rest):
         found = pc.index_in(keys.take(pa.array(rest)), value_set=expected()).to_numpy(zero_copy_only=False)
