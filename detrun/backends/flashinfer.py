@@ -131,8 +131,8 @@ class FlashInferBackend(AttentionBackend):
         ragged_run = self._ragged_run(ragged, batch)
         if path != PATH_RAGGED_PREFIX:
             return [ragged], ragged_run
-        prefix = self._graph_paged(batch, batch.prefix) if graph else self.fi.BatchPrefillWithPagedKVCacheWrapper(
-            self.workspace, self.opts.kv_layout, backend=self.paged_backend)
+        # The paged wrapper serves the prefix here (SGLang's prefill_wrapper_paged), re-planned per batch.
+        prefix = self._graph_paged(batch, batch.prefix) if graph else self.eager_paged
         self._plan_paged(prefix, batch, batch.prefix, causal=False)
         prefix_run = self._paged_run(prefix, batch)
 
