@@ -13,7 +13,7 @@ from typing import Dict, Iterable
 import torch
 
 from .envflags import BOOL_FLAGS
-from .fingerprint import FINGERPRINT_FIELDS, fingerprint_of  # noqa: F401 (re-exported)
+from .fingerprint import fingerprint_of
 
 
 def _version(dist: str) -> str:
