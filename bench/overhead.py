@@ -1,14 +1,18 @@
-"""Runner overhead: wall time of a whole submit vs the kernel time its rows record.
+"""Runner overhead: wall time of a whole submit vs the kernel time (CUDA events) its tasks recorded.
 
-    python bench/overhead.py jobs/paged.yaml [--address auto]
-run_ms is measured around each run() (eager) or graph replay with device syncs; plan_ms around plan().
+    python bench/overhead.py jobs/paged.yaml [--address auto] [--set flashinfer.profile_kernels=false]
+Prints the stage breakdown (`detrun timings RUN` prints the same for any stored run).
 """
 
 import argparse
 import time
 
+from rich.console import Console
+
 from detrun import runner
+from detrun.render import print_timings
 from detrun.spec import load_spec
+from detrun.stages import run_breakdown
 from detrun.store import RunStore
 
 
@@ -16,23 +20,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("job")
     ap.add_argument("--address")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--runs-root", default="runs-bench")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    slots = runner.connect(args.address)
+    gpus = runner.connect(args.address)
     t1 = time.perf_counter()
     store = RunStore(args.runs_root)
-    result = runner.submit(load_spec(args.job), store, slots)
+    result = runner.submit(load_spec(args.job, args.overrides), store, gpus)
     t2 = time.perf_counter()
-    rows = [r for r in store.read_rows([result.run_id]).to_pylist() if r["status"] == "ok"]
-    # A cell's rows share one run: count each cell once.
-    cells = {(r["case"], r["mode"], r["repeat"], r["slot"]): r for r in rows}
-    run_s = sum(r["run_ms"] for r in cells.values()) / 1e3
-    plan_s = sum(r["plan_ms"] for r in cells.values()) / 1e3
+    rows, tasks_wall = run_breakdown(store, result.run_id)
+    print_timings(rows, tasks_wall, Console(highlight=False, width=120))
+    kernel = sum(s for name, s, _ in rows if name == "kernel")
+    warm = sum(s for name, s, _ in rows if name in ("graph warm-up", "profile"))
     total = t2 - t0
-    print(f"ray connect/start {t1 - t0:.1f} s, submit {t2 - t1:.1f} s, cells {len(cells)}")
-    print(f"kernel (run) time {run_s:.3f} s = {100 * run_s / total:.2f}% of wall; plan {plan_s:.3f} s; "
-          f"overhead ratio wall/kernel {total / max(run_s, 1e-9):.0f}x")
+    print(f"{args.job} {' '.join(args.overrides)}: ray connect {t1 - t0:.2f} s, submit {t2 - t1:.2f} s, "
+          f"gpus {gpus}, shards {result.shards_run}")
+    print(f"kernel time {kernel:.3f} s = {100 * kernel / total:.2f}% of wall {total:.2f} s "
+          f"(overhead {100 * (total - kernel) / total:.1f}% of wall, {(total - kernel) / max(kernel, 1e-9):.1f}x kernel); "
+          f"extra runs detrun makes (graph warm-up, profiled run) {warm:.3f} s")
 
 
 if __name__ == "__main__":

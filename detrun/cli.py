@@ -289,6 +289,17 @@ def _submission(store, run: str, address: Optional[str]):
 
 @app.command()
 @_errors
+def timings(run: RunArg, runs_root: RunsRoot = "runs") -> None:
+    """Where a run's seconds went: worker start, imports, plan, capture, kernels, digests, writes."""
+    from .render import print_timings
+    from .stages import run_breakdown
+    from .store import RunStore
+
+    print_timings(*run_breakdown(RunStore(runs_root), run), _console())
+
+
+@app.command()
+@_errors
 def status(
     run: RunArg,
     runs_root: RunsRoot = "runs",

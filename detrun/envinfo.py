@@ -41,7 +41,7 @@ def environment(device: torch.device, flags: Dict[str, str]) -> Dict[str, object
     env: Dict[str, object] = {
         "host": socket.gethostname(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would make the driver import torch
         "flashinfer": _version("flashinfer-python"),
         "ray": _version("ray"),
         "cuda": torch.version.cuda or "",

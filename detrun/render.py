@@ -87,3 +87,17 @@ def print_history(hist: History, console: Console) -> None:
                       f"[{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok} differs={r.differs} "
                       f"explained={r.explained} missing={r.missing} errors={r.errors}", soft_wrap=True)
     _listing(console, "cases whose bits changed", [str(d) for d in hist.drifts], "bold red")
+
+
+def print_timings(rows, wall: float, console: Console) -> None:
+    """Where a run's seconds went, stage by stage (sums over shards; one GPU runs them in turn)."""
+    table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
+    for name in ("stage", "seconds", "share", "count"):
+        table.add_column(name, justify="left" if name == "stage" else "right")
+    total = sum(s for _, s, _ in rows) or 1.0
+    for name, seconds, count in rows:
+        style = "bold green" if name == "kernel" else ""
+        table.add_row(f"[{style}]{name}[/]" if style else name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%",
+                      str(count))
+    table.add_row("sum over shards", f"{total:.3f}", "100%", "")
+    console.print(table)

@@ -51,10 +51,13 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str) -> dict:
     System failures (worker crash, node death) are retried once; exceptions never are, so a
     failing or mismatching kernel is not re-run until it happens to pass.
     """
-    from .worker import run_shard
+    entered, start = time.time(), time.perf_counter()
+    from .worker import run_shard  # torch and detrun: the task's first imports
 
+    imported = time.perf_counter() - start
     _test_hooks()
-    return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()})
+    return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()},
+                     {"task_entered_unix": entered, "import_s": imported})
 
 
 def local_gpu_count() -> int:
@@ -181,6 +184,7 @@ class _ShardRun:
         for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
             self.queues[slots.index(shard.slot) % bundles].append(shard)
         self.pending: Dict[ray.ObjectRef, Tuple[Shard, int, float]] = {}
+        self.submitted_unix: Dict[str, float] = {}
         self.lost_since: Dict[int, float] = {}
         self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
 
@@ -194,13 +198,16 @@ class _ShardRun:
         if not self.total:
             self.store.finish_run(self.run_id, "complete", failures=[])
             return self.result
+        start = time.perf_counter()
         pg = placement_group([self._bundle()] * len(self.queues), strategy="SPREAD")
-        status = "incomplete"
+        status, timings = "incomplete", {}
         try:
             ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
             if not ready:
                 raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
+            timings["placement_group_s"] = time.perf_counter() - start
             self._loop(pg)
+            timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
             status = "complete" if not self.result.failures else "incomplete"
         except KeyboardInterrupt:
             for ref in self.pending:
@@ -209,7 +216,7 @@ class _ShardRun:
             raise
         finally:
             remove_placement_group(pg)
-            self.store.finish_run(self.run_id, status, failures=self.result.failures)
+            self.store.finish_run(self.run_id, status, failures=self.result.failures, timings=timings)
         return self.result
 
     def _loop(self, pg) -> None:
@@ -233,6 +240,7 @@ class _ShardRun:
         shard = self.queues[bundle].popleft()
         strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
         task = shard_task.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=self.cpus)
+        self.submitted_unix[shard.shard_id] = time.time()
         self.pending[task.remote(self.spec_data, shard, self.run_id)] = (shard, bundle, time.monotonic())
 
     def _fail(self, shard: Shard, reason: str) -> None:
@@ -240,12 +248,17 @@ class _ShardRun:
         self.result.failures.append(f"shard {shard.shard_id}: {reason}")
 
     def _collect(self, ref: ray.ObjectRef, shard: Shard) -> None:
+        ready, start = time.time(), time.perf_counter()
         try:
             out = ray.get(ref)
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
+        got = time.perf_counter()
         self.store.write_blobs(self.run_id, out["blobs"])
         self.store.write_rows(self.run_id, shard.shard_id, out["rows"])
+        driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
+                  "get_s": got - start, "write_s": time.perf_counter() - got}
+        self.store.write_timings(self.run_id, shard.shard_id, dict(out.get("timings", {}), driver=driver))
         self.finished += 1
         self.result.shards_run += 1
         if out["note"] and out["note"] not in self.result.notes:

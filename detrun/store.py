@@ -182,6 +182,15 @@ class RunStore:
         self.write_manifest(manifest)
         return manifest
 
+    def write_timings(self, run_id: str, shard: str, doc: dict) -> None:
+        """Where one shard's seconds went (stages.py); informational, never read by compare."""
+        self.write_json(posixpath.join(run_id, "timings", f"{shard}.json"), doc)
+
+    def read_timings(self, run_id: str) -> Dict[str, dict]:
+        names = self.list_names(posixpath.join(run_id, "timings"), ".json") \
+            if self._exists(self._p(run_id, "timings")) else []
+        return {n[: -len(".json")]: self.read_json(posixpath.join(run_id, "timings", n), "timings") for n in names}
+
     def record_submission(self, run_id: str, address: str, submission_id: str) -> None:
         """Remember a Jobs API submission beside the runs (the job may not have written a manifest yet)."""
         record = self.submission(run_id) or {"run_id": run_id, "submission_ids": []}

@@ -9,6 +9,7 @@ import faulthandler
 import importlib.util
 import json
 import os
+import time
 import traceback
 from typing import Dict, List, Optional
 
@@ -20,6 +21,7 @@ from .envinfo import environment, seen_flags
 from .inputs import build_batch
 from .matrix import Cell, Shard, cells_for, row_key
 from .spec import JobSpec, spec_from_dict
+from .stages import Stages, process_started_unix
 
 
 def pick_device() -> torch.device:
@@ -37,14 +39,14 @@ def resolve_backend(spec: JobSpec, device: torch.device) -> tuple[str, str]:
     return "flashinfer", "backend auto -> flashinfer"
 
 
-def make_backend(name: str, spec: JobSpec, device: torch.device) -> AttentionBackend:
+def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None) -> AttentionBackend:
     if name == "reference":
         from .backends.reference import ReferenceBackend
 
-        return ReferenceBackend(spec, device)
+        return ReferenceBackend(spec, device, stages)
     from .backends.flashinfer import FlashInferBackend  # imported only here, inside a task
 
-    return FlashInferBackend(spec, device)
+    return FlashInferBackend(spec, device, stages)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -57,23 +59,32 @@ class ShardRunner:
 
     def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
         self.spec, self.shard, self.run_id = spec, shard, run_id
+        self.stages = Stages()
         self.device = pick_device()
         if self.device.type == "cpu":
             torch.set_num_threads(1)  # CPU BLAS results can depend on the thread count
+        else:
+            with self.stages("cuda context"):
+                torch.empty(1, device=self.device)
         self.backend_name, self.note = resolve_backend(spec, self.device)
-        self.backend = make_backend(self.backend_name, spec, self.device)
+        with self.stages("backend init"):
+            self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
         flags = seen_flags(spec.env)
+        with self.stages("environment"):
+            env = environment(self.device, flags)
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name, use_paged=self.backend.use_paged,
-                           pid=os.getpid(), **(context or {}), **environment(self.device, flags))
+                           pid=os.getpid(), **(context or {}), **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
         self.poisoned: Optional[str] = None
 
     def _keep(self, t: torch.Tensor) -> tuple[str, str, list]:
-        digest = tensor_digest(t)
+        with self.stages("digest"):
+            digest = tensor_digest(t)
         if self.spec.store_tensors and digest not in self.blobs:
-            self.blobs[digest] = tensor_bytes(t)
+            with self.stages("tensor copy"):
+                self.blobs[digest] = tensor_bytes(t)
         return digest, dtype_name(t), list(t.shape)
 
     def _rows(self, cell: Cell, status: str, reason: str = "", batch=None, output: Optional[Output] = None):
@@ -96,9 +107,11 @@ class ShardRunner:
         mark = len(self.rows)
         try:
             if cell.case not in batches:
-                batches[cell.case] = build_batch(self.spec, cell.case, self.device)
+                with self.stages("inputs"):
+                    batches[cell.case] = build_batch(self.spec, cell.case, self.device)
             batch = batches[cell.case]
-            output = self.backend.forward(batch, cell.mode)
+            with self.stages("forward"):
+                output = self.backend.forward(batch, cell.mode, cell.repeat)
             self._rows(cell, "ok", batch=batch, output=output)
         except Unsupported as exc:
             self._rows(cell, "skipped", str(exc))
@@ -116,11 +129,18 @@ class ShardRunner:
         batches: dict = {}
         for cell in cells_for(self.spec, self.shard.repeats):
             self._cell(cell, batches)
-        return {"rows": self.rows, "blobs": self.blobs, "note": self.note}
+        return {"rows": self.rows, "blobs": self.blobs, "note": self.note,
+                "timings": {"stages": self.stages.as_dict()}}
 
 
-def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
+def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
+              timings: Optional[dict] = None) -> dict:
+    """Run one shard; the result's timings say where the task's seconds went (see stages.py)."""
+    start = time.perf_counter()
     watchdog = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
     if watchdog:
         faulthandler.dump_traceback_later(float(watchdog), repeat=True)
-    return ShardRunner(spec_from_dict(spec_data), shard, run_id, context).run()
+    result = ShardRunner(spec_from_dict(spec_data), shard, run_id, context).run()
+    result["timings"].update(timings or {}, process_started_unix=process_started_unix(),
+                             run_s=time.perf_counter() - start, returned_unix=time.time())
+    return result

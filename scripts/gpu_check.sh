@@ -58,9 +58,14 @@ compare paged paged-nosplit
 compare paged paged-fixed
 compare paged paged-fa3
 if [[ -n ${DETRUN_GPU_BENCH:-} ]]; then
-  python3 bench/digest_bench.py
-  python3 bench/overhead.py jobs/paged.yaml "${ADDR[@]}"
+  [[ ${DETRUN_GPU_BENCH} == *digest* ]] && python3 bench/digest_bench.py
+  bench() { echo "== overhead $*"; python3 bench/overhead.py "$@" "${ADDR[@]}"; echo "== overhead exit $? at $(elapsed) s"; }
+  bench jobs/paged.yaml
+  bench jobs/paged.yaml --set flashinfer.profile_kernels=false
+  bench jobs/paged.yaml --set repeats_per_task=2
+  bench bench/jobs/long.yaml
+  bench bench/jobs/long.yaml --set flashinfer.profile_kernels=false
 fi
 python3 -m ray.scripts.scripts stop >/dev/null 2>&1
-tar czf "$OUT/runs-rows.tgz" runs/*/manifest.json runs/*/rows 2>/dev/null
+tar czf "$OUT/runs-rows.tgz" runs/*/manifest.json runs/*/rows runs*/*/timings runs-bench/*/manifest.json 2>/dev/null
 echo "== total $(elapsed) s"

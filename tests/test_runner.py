@@ -84,3 +84,31 @@ def test_cli_too_many_gpus_exits_2(ray_2gpu, tmp_path):
     out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--gpus", "3", "--runs-root", str(tmp_path)])
     assert out.exit_code == 2
     assert "has 2 alive GPU(s)" in out.output
+
+
+def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
+    root = str(tmp_path / "runs")
+    out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--runs-root", root, "--gpus", "1"])
+    assert out.exit_code == 0, out.output
+    store = RunStore(root)
+    (run_id,) = store.list_runs()
+    shard_t = store.read_timings(run_id)
+    assert sorted(shard_t) == ["g0-r0-1"]  # both repeats in one task
+    for t in shard_t.values():  # 5 cases x 2 repeats, eager only; inputs built once per case
+        assert t["stages"]["kernel"]["n"] == 10 and t["stages"]["inputs"]["n"] == 5
+        assert t["driver"]["submitted_unix"] <= t["task_entered_unix"] <= t["returned_unix"]
+    from detrun.stages import run_breakdown
+
+    rows, wall = run_breakdown(store, run_id)
+    total = sum(s for _, s, _ in rows)
+    assert 0.5 * wall <= total <= 1.05 * wall + 0.2, (rows, wall)  # one slot: shards run in turn, so they add up to the wall
+    shown = CliRunner().invoke(app, ["timings", run_id, "--runs-root", root])
+    assert shown.exit_code == 0 and "kernel" in shown.output and "import torch + detrun" in shown.output
+
+
+def test_timings_of_a_run_without_them_exits_2(tmp_path):
+    from tests.helpers import run_inline
+
+    run_inline(RunStore(str(tmp_path)), small(modes=["eager"], repeats=1), "old")
+    out = CliRunner().invoke(app, ["timings", "old", "--runs-root", str(tmp_path)])
+    assert out.exit_code == 2 and "recorded no timings" in out.output

@@ -11,10 +11,10 @@ from tests.helpers import small
 def test_a_failing_cell_is_an_error_row_and_the_rest_runs(monkeypatch):
     real = ReferenceBackend.forward
 
-    def flaky(self, batch, mode):
+    def flaky(self, batch, mode, repeat=0):
         if batch.case == "mixed":
             raise RuntimeError("boom in plan\nsecond line")
-        return real(self, batch, mode)
+        return real(self, batch, mode, repeat)
 
     monkeypatch.setattr(ReferenceBackend, "forward", flaky)
     data = small(modes=["eager"], repeats=1)

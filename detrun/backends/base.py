@@ -5,13 +5,14 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from ..envflags import env_bool
 from ..inputs import Batch
 from ..spec import JobSpec
+from ..stages import Stages
 
 USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 PATH_PAGED = "paged"
@@ -57,9 +58,10 @@ class AttentionBackend(abc.ABC):
 
     name: str = "?"
 
-    def __init__(self, spec: JobSpec, device: torch.device):
+    def __init__(self, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None):
         self.spec = spec
         self.device = device
+        self.stages = stages if stages is not None else Stages()
         self.use_paged = env_bool(USE_PAGED_FLAG)
         self.deterministic = spec.deterministic
 
@@ -67,12 +69,12 @@ class AttentionBackend(abc.ABC):
         return choose_path(self.use_paged, self.deterministic, mode, batch)
 
     @abc.abstractmethod
-    def forward(self, batch: Batch, mode: str) -> Output:
+    def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""
 
 
 def timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
-    """Run fn, return (result, milliseconds), synchronising the device around it."""
+    """Run fn, return (result, wall milliseconds), synchronising the device around it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -82,21 +84,38 @@ def timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float
     return result, (time.perf_counter() - start) * 1e3
 
 
+def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
+    """Run fn, return (result, milliseconds): CUDA-event time on the current stream on a GPU, else wall."""
+    if device.type != "cuda":
+        return timed(fn, device)
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = fn()
+    end.record()
+    end.synchronize()
+    return result, start.elapsed_time(end)
+
+
 def capture_and_replay(
-    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device
+    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None
 ) -> Tuple[Tuple[torch.Tensor, ...], float]:
     """Warm fn up on a side stream, capture it in a CUDA graph, replay; (cloned outputs, replay ms)."""
     if device.type != "cuda":
         raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = fn()
-    for t in outputs:
-        t.fill_(float("nan"))  # replay must write every element it returns
-    _, ms = timed(graph.replay, device)
+    stages = stages if stages is not None else Stages()
+    with stages("graph warm-up"):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+    with stages("graph capture"):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn()
+        for t in outputs:
+            t.fill_(float("nan"))  # replay must write every element it returns
+    _, ms = kernel_timed(graph.replay, device)
     return tuple(t.clone() for t in outputs), ms

@@ -24,6 +24,7 @@ from .base import (
     Output,
     Unsupported,
     capture_and_replay,
+    kernel_timed,
     timed,
 )
 
@@ -45,9 +46,10 @@ FIXED_SPLIT_GRAPH_HANG_SEEN = Version("0.6.7.post3")
 class FlashInferBackend(AttentionBackend):
     name = "flashinfer"
 
-    def __init__(self, spec, device):
-        super().__init__(spec, device)  # reads SGLANG_FLASHINFER_USE_PAGED first, as SGLang does
-        import flashinfer
+    def __init__(self, spec, device, stages=None):
+        super().__init__(spec, device, stages)  # reads SGLANG_FLASHINFER_USE_PAGED first, as SGLang does
+        with self.stages("import flashinfer"):
+            import flashinfer
 
         self.fi = flashinfer
         self.version = Version(flashinfer.__version__)
@@ -173,12 +175,13 @@ class FlashInferBackend(AttentionBackend):
                 f"flashinfer {self.version}: FA2 + CUDA graph + fixed_split_size={self.opts.fixed_split_size}: "
                 "the warm-up run hung (never completed) on an H200; not run")
 
-    def forward(self, batch: Batch, mode: str) -> Output:
+    def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         self._check_known_bugs(mode)
         path = self.path_for(mode, batch)
         graph = mode == "cudagraph"
         try:
             (wrappers, run), plan_ms = timed(lambda: self._prepare(batch, path, graph), self.device)
+            self.stages.add("plan", plan_ms / 1e3)
         except (RuntimeError, ValueError) as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if "Buffer overflow" in msg:
@@ -187,33 +190,36 @@ class FlashInferBackend(AttentionBackend):
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
         if graph:
-            (out, lse), run_ms = capture_and_replay(run, self.device)
+            (out, lse), run_ms = capture_and_replay(run, self.device, self.stages)
         else:
-            (out, lse), run_ms = timed(run, self.device)
+            (out, lse), run_ms = kernel_timed(run, self.device)
             out, lse = out.clone(), lse.clone()
+        self.stages.add("kernel", run_ms / 1e3)
         plans = [self.plan_of(w) for w in wrappers]
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
-        kernels = self._kernels(batch, mode, path, run, graph)
+        kernels = self._kernels(batch, mode, repeat, run, graph)
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
                       plan_ms=plan_ms, run_ms=run_ms)
 
-    def _kernels(self, batch: Batch, mode: str, path: str, run, graph: bool) -> List[str]:
+    def _kernels(self, batch: Batch, mode: str, repeat: int, run, graph: bool) -> List[str]:
         """CUDA kernel names of one more run (eager) or capture+replay (graph), once per case and mode."""
         key = (batch.case, mode)
-        if not self.opts.profile_kernels or key in self._profiled:
+        limit = self.opts.profile_repeats
+        if not self.opts.profile_kernels or key in self._profiled or (limit is not None and repeat >= limit):
             return []
         self._profiled.add(key)
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            if graph:
-                capture_and_replay(run, self.device)
-            else:
-                run()
-            torch.cuda.synchronize(self.device)
-        names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
+        with self.stages("profile"):  # the profiler's start, one more run, trace parsing
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                if graph:
+                    capture_and_replay(run, self.device)
+                else:
+                    run()
+                torch.cuda.synchronize(self.device)
+            names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
         return sorted(n[:300] for n in names)
 

@@ -22,7 +22,7 @@ from .base import (
     AttentionBackend,
     Output,
     capture_and_replay,
-    timed,
+    kernel_timed,
 )
 
 State = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # acc [n,H,D], m [n,H], l [n,H]
@@ -90,8 +90,8 @@ def gather(cache: torch.Tensor, table: PageTable, i: int, length: int) -> torch.
 class ReferenceBackend(AttentionBackend):
     name = "reference"
 
-    def __init__(self, spec, device):
-        super().__init__(spec, device)
+    def __init__(self, spec, device, stages=None):
+        super().__init__(spec, device, stages)
         self.opts = spec.reference
         self.group = spec.heads.qo // spec.heads.kv
         self.scale = 1.0 / math.sqrt(spec.head_dim)
@@ -147,7 +147,7 @@ class ReferenceBackend(AttentionBackend):
             self._attend_range(q, k, v, q_pos, 0, chunk)
         return merge(new, pre)
 
-    def forward(self, batch: Batch, mode: str) -> Output:
+    def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         path = self.path_for(mode, batch)
         chunk = self._chunk(batch)
 
@@ -160,9 +160,10 @@ class ReferenceBackend(AttentionBackend):
             return torch.cat(outs), torch.cat(lses)
 
         if mode == "cudagraph":
-            (out, lse), run_ms = capture_and_replay(run, self.device)
+            (out, lse), run_ms = capture_and_replay(run, self.device, self.stages)
         else:
-            (out, lse), run_ms = timed(run, self.device)
+            (out, lse), run_ms = kernel_timed(run, self.device)
+        self.stages.add("kernel", run_ms / 1e3)
         split = [-(-kv // chunk) > 1 for kv in batch.kv_lens]
         plan = {
             "variant": self.opts.variant,

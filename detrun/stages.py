@@ -1,0 +1,103 @@
+"""Stage timers: where a task's seconds go (stored per shard; bench/overhead.py sums them)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional, Tuple
+
+
+class Stages:
+    """Seconds and counts per named stage; `with stages("plan"): ...` adds one."""
+
+    def __init__(self) -> None:
+        self.seconds: Dict[str, float] = defaultdict(float)
+        self.counts: Dict[str, int] = defaultdict(int)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] += seconds
+        self.counts[name] += 1
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - start)
+
+    def as_dict(self) -> Dict[str, dict]:
+        return {k: {"s": round(v, 6), "n": self.counts[k]} for k, v in self.seconds.items()}
+
+
+def process_started_unix() -> Optional[float]:
+    """When this process started (Linux /proc), to time a worker's start before our code ran."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+# Stages nested in another: their parent is reported as "<parent> (rest)" without them.
+NESTED = {
+    "backend init": ("import flashinfer",),
+    "forward": ("plan", "graph warm-up", "graph capture", "kernel", "profile"),
+}
+TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "forward", "digest", "tensor copy")
+
+
+def _gap(later: Optional[float], earlier: Optional[float]) -> float:
+    return max(0.0, later - earlier) if later is not None and earlier is not None else 0.0
+
+
+def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[str, float, int]]:
+    """(stage, seconds summed over shards, count) in the order a task meets them.
+
+    Shards of one GPU run one after another, so on one GPU the seconds add up to the wall time.
+    """
+    total: Dict[str, float] = defaultdict(float)
+    count: Dict[str, int] = defaultdict(int)
+
+    def put(name: str, seconds: float, n: int = 1) -> None:
+        total[name] += seconds
+        count[name] += n
+
+    put("placement group", run_timings.get("placement_group_s", 0.0))
+    for t in shard_timings.values():
+        d = t.get("driver", {})
+        stages = {k: v["s"] for k, v in t.get("stages", {}).items()}
+        counts = {k: v["n"] for k, v in t.get("stages", {}).items()}
+        submitted, started = d.get("submitted_unix"), t.get("process_started_unix")
+        if started is not None and submitted is not None:
+            started = max(started, submitted)  # a worker Ray started ahead of the task: only the wait counts
+        put("schedule + start worker process", _gap(started, submitted))
+        put("Ray worker boot", _gap(t.get("task_entered_unix"), started))
+        put("import torch + detrun", t.get("import_s", 0.0))
+        for name in TASK_STAGES:
+            inner = NESTED.get(name, ())
+            for sub in inner:
+                put(sub, stages.get(sub, 0.0), counts.get(sub, 0))
+            rest = stages.get(name, 0.0) - sum(stages.get(sub, 0.0) for sub in inner)
+            put(f"{name} (rest)" if inner else name, max(0.0, rest), counts.get(name, 0))
+        put("task (rest: rows, hooks)", max(0.0, t.get("run_s", 0.0) - sum(stages.get(n, 0.0) for n in TASK_STAGES)))
+        put("return result to driver", _gap(d.get("ready_unix"), t.get("returned_unix")))
+        put("driver: fetch result", d.get("get_s", 0.0))
+        put("driver: write Parquet + blobs", d.get("write_s", 0.0))
+    return [(name, total[name], count[name]) for name in total]
+
+
+def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], float]:
+    """(breakdown of a stored run, seconds from placement group to the last shard written)."""
+    run = store.manifest(run_id).get("timings") or {}
+    shards = store.read_timings(run_id)
+    if not shards:
+        from .errors import DetrunError
+
+        raise DetrunError(f"run {run_id} recorded no timings (made before detrun recorded them, or no shard finished)")
+    return breakdown(run, shards), run.get("placement_group_s", 0.0) + run.get("tasks_s", 0.0)

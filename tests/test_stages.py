@@ -1,0 +1,90 @@
+"""Stage timings: accumulation, the nested breakdown, plain row values, kernel-profile gating."""
+
+import time
+
+import pytest
+import torch
+
+from detrun.stages import Stages, breakdown, process_started_unix
+from detrun.store import RunStore
+from tests.helpers import run_inline, small
+
+
+def test_stages_accumulate_seconds_and_counts():
+    st = Stages()
+    for _ in range(3):
+        with st("plan"):
+            time.sleep(0.01)
+    st.add("kernel", 0.5)
+    d = st.as_dict()
+    assert d["plan"]["n"] == 3 and 0.03 <= d["plan"]["s"] < 0.5
+    assert d["kernel"] == {"s": 0.5, "n": 1}
+
+
+def test_process_start_is_before_now():
+    started = process_started_unix()
+    assert started is not None and time.time() - 3600 * 24 < started <= time.time()
+
+
+def test_breakdown_subtracts_nested_stages_and_gaps():
+    shard = {
+        "stages": {"backend init": {"s": 2.0, "n": 1}, "import flashinfer": {"s": 1.5, "n": 1},
+                   "forward": {"s": 3.0, "n": 4}, "plan": {"s": 0.5, "n": 4}, "kernel": {"s": 2.0, "n": 4},
+                   "digest": {"s": 0.25, "n": 8}},
+        "process_started_unix": 101.0, "task_entered_unix": 103.0, "returned_unix": 112.0,
+        "import_s": 1.0, "run_s": 6.0,
+        "driver": {"submitted_unix": 100.0, "ready_unix": 112.5, "get_s": 0.1, "write_s": 0.2},
+    }
+    got = {name: (s, n) for name, s, n in breakdown({"placement_group_s": 0.3}, {"g0": shard, "g1": shard})}
+    assert got["backend init (rest)"] == (1.0, 2) and got["import flashinfer"] == (3.0, 2)
+    assert got["forward (rest)"] == (1.0, 8) and got["kernel"] == (4.0, 8)
+    assert got["schedule + start worker process"][0] == 2.0 and got["Ray worker boot"][0] == 4.0
+    assert got["task (rest: rows, hooks)"][0] == pytest.approx(2 * (6.0 - 5.25))
+    assert got["return result to driver"][0] == 1.0 and got["placement group"][0] == 0.3
+
+
+def test_rows_hold_only_plain_values(tmp_path):
+    """A torch type in a row (torch.__version__ is one) makes the driver import torch to unpickle it."""
+    store = RunStore(str(tmp_path))
+    run_inline(store, small(modes=["eager"], repeats=1), "r")
+    plain = (str, int, float, bool, list, type(None))
+    for row in store.read_rows(["r"]).to_pylist():
+        assert all(type(v) in plain for v in row.values())
+    from detrun.envinfo import environment
+
+    assert all(type(v) in plain for v in environment(torch.device("cpu"), {}).values())
+
+
+class _NoProfiler:  # torch.profiler without CUDA refuses a CUDA-only profile
+    def __init__(self, **_):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
+    monkeypatch.setattr(torch.profiler, "profile", _NoProfiler)
+    from detrun.backends.flashinfer import FlashInferBackend
+    from detrun.spec import spec_from_dict
+
+    class Ran(Exception):
+        pass
+
+    def run():
+        raise Ran
+
+    be = FlashInferBackend.__new__(FlashInferBackend)  # no flashinfer here: only the gating is under test
+    be.stages, be._profiled = Stages(), set()
+    be.opts = spec_from_dict(small()).flashinfer
+    batch = type("B", (), {"case": "alone"})()
+    assert be.opts.profile_repeats == 1
+    assert be._kernels(batch, "eager", 1, run, False) == []  # repeat 1: not profiled, run not called
+    with pytest.raises(Ran):
+        be._kernels(batch, "eager", 0, run, False)
+    be.opts = be.opts.model_copy(update={"profile_repeats": None})
+    with pytest.raises(Ran):
+        be._kernels(type("B", (), {"case": "mixed"})(), "eager", 5, run, False)  # every repeat
