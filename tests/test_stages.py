@@ -78,7 +78,7 @@ def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
         raise Ran
 
     be = FlashInferBackend.__new__(FlashInferBackend)  # no flashinfer here: only the gating is under test
-    be.stages, be._profiled = Stages(), set()
+    be.stages = Stages()
     be.opts = spec_from_dict(small()).flashinfer
     batch = type("B", (), {"case": "alone"})()
     assert be.opts.profile_repeats == 1
@@ -87,4 +87,4 @@ def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
         be._kernels(batch, "eager", 0, run, False)
     be.opts = be.opts.model_copy(update={"profile_repeats": None})
     with pytest.raises(Ran):
-        be._kernels(type("B", (), {"case": "mixed"})(), "eager", 5, run, False)  # every repeat
+        be._kernels(batch, "eager", 5, run, False)  # null: every repeat, the same case again included

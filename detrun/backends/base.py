@@ -68,6 +68,15 @@ class AttentionBackend(abc.ABC):
     def path_for(self, mode: str, batch: Batch) -> str:
         return choose_path(self.use_paged, self.deterministic, mode, batch)
 
+    def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str) -> Tuple[Tuple[torch.Tensor, ...], float]:
+        """Run (eager) or capture and replay (cudagraph) one planned computation; records its kernel time."""
+        if mode == "cudagraph":
+            outputs, ms = capture_and_replay(run, self.device, self.stages)
+        else:
+            outputs, ms = kernel_timed(run, self.device)
+        self.stages.add("kernel", ms / 1e3)
+        return outputs, ms
+
     @abc.abstractmethod
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""

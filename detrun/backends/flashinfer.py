@@ -24,7 +24,6 @@ from .base import (
     Output,
     Unsupported,
     capture_and_replay,
-    kernel_timed,
     timed,
 )
 
@@ -65,7 +64,6 @@ class FlashInferBackend(AttentionBackend):
         self.eager_ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
             self.workspace, layout, backend=self.ragged_backend)
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
-        self._profiled: set = set()
 
     # -- planning
     def _split_args(self) -> dict:
@@ -189,12 +187,9 @@ class FlashInferBackend(AttentionBackend):
             if graph:
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
-        if graph:
-            (out, lse), run_ms = capture_and_replay(run, self.device, self.stages)
-        else:
-            (out, lse), run_ms = kernel_timed(run, self.device)
+        (out, lse), run_ms = self._execute(run, mode)
+        if not graph:
             out, lse = out.clone(), lse.clone()
-        self.stages.add("kernel", run_ms / 1e3)
         plans = [self.plan_of(w) for w in wrappers]
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
@@ -205,12 +200,10 @@ class FlashInferBackend(AttentionBackend):
                       plan_ms=plan_ms, run_ms=run_ms)
 
     def _kernels(self, batch: Batch, mode: str, repeat: int, run, graph: bool) -> List[str]:
-        """CUDA kernel names of one more run (eager) or capture+replay (graph), once per case and mode."""
-        key = (batch.case, mode)
+        """CUDA kernel names of one more run (eager) or capture+replay (graph), in the first profile_repeats."""
         limit = self.opts.profile_repeats
-        if not self.opts.profile_kernels or key in self._profiled or (limit is not None and repeat >= limit):
+        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):
             return []
-        self._profiled.add(key)
         from torch.profiler import ProfilerActivity, profile
 
         with self.stages("profile"):  # the profiler's start, one more run, trace parsing

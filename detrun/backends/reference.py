@@ -21,8 +21,6 @@ from .base import (
     PATH_RAGGED_PREFIX,
     AttentionBackend,
     Output,
-    capture_and_replay,
-    kernel_timed,
 )
 
 State = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # acc [n,H,D], m [n,H], l [n,H]
@@ -159,11 +157,7 @@ class ReferenceBackend(AttentionBackend):
                 lses.append(lse)
             return torch.cat(outs), torch.cat(lses)
 
-        if mode == "cudagraph":
-            (out, lse), run_ms = capture_and_replay(run, self.device, self.stages)
-        else:
-            (out, lse), run_ms = kernel_timed(run, self.device)
-        self.stages.add("kernel", run_ms / 1e3)
+        (out, lse), run_ms = self._execute(run, mode)
         split = [-(-kv // chunk) > 1 for kv in batch.kv_lens]
         plan = {
             "variant": self.opts.variant,
