@@ -8,6 +8,8 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from .errors import DetrunError
+
 
 class Stages:
     """Seconds and counts per named stage; `with stages("plan"): ...` adds one."""
@@ -97,7 +99,5 @@ def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], flo
     run = store.manifest(run_id).get("timings") or {}
     shards = store.read_timings(run_id)
     if not shards:
-        from .errors import DetrunError
-
         raise DetrunError(f"run {run_id} recorded no timings (made before detrun recorded them, or no shard finished)")
     return breakdown(run, shards), run.get("placement_group_s", 0.0) + run.get("tasks_s", 0.0)

@@ -187,8 +187,7 @@ class RunStore:
         self.write_json(posixpath.join(run_id, "timings", f"{shard}.json"), doc)
 
     def read_timings(self, run_id: str) -> Dict[str, dict]:
-        names = self.list_names(posixpath.join(run_id, "timings"), ".json") \
-            if self._exists(self._p(run_id, "timings")) else []
+        names = self.list_names(posixpath.join(run_id, "timings"), ".json")  # [] when there is none
         return {n[: -len(".json")]: self.read_json(posixpath.join(run_id, "timings", n), "timings") for n in names}
 
     def record_submission(self, run_id: str, address: str, submission_id: str) -> None:
