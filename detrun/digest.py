@@ -3,11 +3,23 @@
 Each element's raw bits are mixed with its index (splitmix64) and summed mod 2**64, in two lanes:
 order-free integer arithmetic, so the digest does not depend on how the reduction is scheduled, and
 changing any one element always changes both lanes. dtype and shape are part of the digest.
+
+Two implementations give the same bits: torch integer ops (any device) and one fused Triton kernel
+(CUDA, `digest_triton.py`: 10-40x faster, docs/performance.md), used on a GPU where Triton is
+installed; `DETRUN_DIGEST=torch|triton` forces one. Loading the kernel takes ~0.7 s per process, so
+a task starts it in the background (`prewarm`) and waits for it (`ready`) before its first cell.
+A tensor split into row ranges (one per request) is digested in one pass, with one host copy.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
+import math
+import os
+import threading
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -18,43 +30,133 @@ def _signed(c: int) -> int:
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
-_C1, _C2 = _signed(0xBF58476D1CE4E5B9), _signed(0x94D049BB133111EB)
-_SALTS = (_signed(0x9E3779B97F4A7C15), _signed(0xD1B54A32D192ED03))
+C1, C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
 
 
 def _srl(x: torch.Tensor, n: int) -> torch.Tensor:
     return (x >> n) & ((1 << (64 - n)) - 1)
 
 
-def _mix(x: torch.Tensor) -> torch.Tensor:
+def mix(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (wrapping, logical shifts)."""
     x = x ^ _srl(x, 30)
-    x = x * _C1
+    x = x * _signed(C1)
     x = x ^ _srl(x, 27)
-    x = x * _C2
+    x = x * _signed(C2)
     return x ^ _srl(x, 31)
 
 
-def _lanes(t: torch.Tensor) -> bytes:
-    size = t.element_size()
-    words = t.contiguous().view(-1).view(_WORD[size]).to(torch.int64)
+def words(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits, one signed integer word per element, flat."""
+    return t.detach().contiguous().view(-1).view(_WORD[t.element_size()])
+
+
+def torch_lanes(flat: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+    """Lanes [segments, 2] int64 of a flat word tensor cut into consecutive segments of these sizes.
+
+    Segment sums are differences of one wrapping prefix sum (exact mod 2**64), so one pass serves all.
+    """
+    dev, size = flat.device, flat.element_size()
+    w = flat.to(torch.int64)
     if size < 8:
-        words = words & ((1 << (8 * size)) - 1)
-    idx = torch.arange(words.numel(), device=t.device, dtype=torch.int64)
-    sums = torch.stack([_mix(words ^ _mix(idx + salt)).sum() for salt in _SALTS])
-    return sums.cpu().numpy().tobytes()
+        w = w & ((1 << (8 * size)) - 1)
+    sizes = torch.tensor(list(counts), dtype=torch.int64, device=dev)
+    ends = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), sizes.cumsum(0)])
+    idx = torch.arange(flat.numel(), device=dev, dtype=torch.int64)
+    if len(counts) > 1:
+        idx -= torch.repeat_interleave(ends[:-1], sizes)
+    lanes = []
+    for salt in SALTS:
+        h = mix(w ^ mix(idx + _signed(salt)))
+        if len(counts) == 1:
+            lanes.append(h.sum().reshape(1))
+        else:
+            run = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), h.cumsum(0)])
+            lanes.append(run[ends[1:]] - run[ends[:-1]])
+    return torch.stack(lanes, dim=1)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_ok() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def implementation(t: torch.Tensor) -> str:
+    """torch or triton, for this tensor (same bits either way)."""
+    forced = os.environ.get("DETRUN_DIGEST", "")
+    if forced in ("torch", "triton"):
+        return forced
+    return "triton" if t.device.type == "cuda" and _triton_ok() else "torch"
+
+
+_warming: Optional[threading.Thread] = None
+
+
+def prewarm(device: torch.device) -> None:
+    """Import Triton and compile (or load from its disk cache) the kernel for 2- and 4-byte words, in a
+    background thread, while the task does other set-up. Call ready() before capturing CUDA graphs."""
+    global _warming
+    probe = torch.empty(0, device=device)
+    if _warming is None and implementation(probe) == "triton":
+        def load() -> None:
+            for dtype in (torch.bfloat16, torch.float32):  # outputs and LSEs
+                split_lanes(torch.zeros(1, dtype=dtype, device=device), [0, 1], "triton")
+            torch.cuda.synchronize(device)
+
+        _warming = threading.Thread(target=load, name="detrun-digest-prewarm", daemon=True)
+        _warming.start()
+
+
+def ready() -> None:
+    """Wait for prewarm (no other thread may touch the GPU while a graph is captured)."""
+    if _warming is not None:
+        _warming.join()
+
+
+def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "") -> torch.Tensor:
+    """Lanes [len(bounds) - 1, 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), on t's device."""
+    row = math.prod(t.shape[1:])
+    flat = words(t)[bounds[0] * row : bounds[-1] * row]
+    counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])]
+    if (impl or implementation(t)) == "triton":
+        from .digest_triton import triton_lanes
+
+        return triton_lanes(flat, counts)
+    return torch_lanes(flat, counts)
 
 
 def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def _hex(head: str, lanes: bytes) -> str:
+    return hashlib.blake2b(head.encode() + lanes, digest_size=16).hexdigest()
+
+
+def split_digests(tensors: Sequence[torch.Tensor], bounds: Sequence[int]) -> List[List[str]]:
+    """Per tensor, the 128-bit hex digests of its row ranges; 16 bytes per digest leave the device, in one copy."""
+    lanes = [split_lanes(t, bounds) for t in tensors]
+    host = torch.cat(lanes).cpu().numpy() if lanes else None
+    out, at = [], 0
+    for t in tensors:
+        tail = "x".join(map(str, t.shape[1:]))
+        names = []
+        for a, b in zip(bounds, bounds[1:]):
+            shape = f"{b - a}x{tail}" if tail else f"{b - a}"
+            names.append(_hex(f"{dtype_name(t)}|{shape}|", host[at].tobytes()))
+            at += 1
+        out.append(names)
+    return out
+
+
 def tensor_digest(t: torch.Tensor) -> str:
     """128-bit hex digest of (dtype, shape, raw bytes); only 16 bytes leave the device."""
-    head = f"{dtype_name(t)}|{'x'.join(map(str, t.shape))}|".encode()
-    return hashlib.blake2b(head + _lanes(t), digest_size=16).hexdigest()
+    if t.dim() == 0:
+        return _hex(f"{dtype_name(t)}||", split_lanes(t.reshape(1), [0, 1]).cpu().numpy().tobytes())
+    return split_digests([t], [0, t.shape[0]])[0][0]
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
     """The raw bytes (host copy), kept only for the first tensor seen with a digest."""
-    flat = t.detach().contiguous().view(-1)
-    return flat.view(_WORD[t.element_size()]).cpu().numpy().tobytes()
+    return words(t).cpu().numpy().tobytes()

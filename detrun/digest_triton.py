@@ -1,0 +1,83 @@
+"""digest.py's lanes as one fused Triton kernel: one read of the tensor, every segment in one launch.
+
+Same arithmetic as `digest.torch_lanes` in uint64 (wrapping multiply, logical shifts; each program's
+sums mod 2**64 added per segment by an integer index_add_, which commutes), so both give the same
+bits: tests check it in Triton's interpreter on the CPU, bench/digest_bench.py on the GPU.
+Imported only where a digest takes this path.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+UNROLL = 4  # blocks per program: one program reads BLOCK * UNROLL words of one segment
+
+
+@triton.jit
+def _mix(x):
+    x = x ^ (x >> 30)
+    x = x * 0xBF58476D1CE4E5B9
+    x = x ^ (x >> 27)
+    x = x * 0x94D049BB133111EB
+    return x ^ (x >> 31)
+
+
+@triton.jit
+def _lanes_kernel(words_ptr, seg_ptr, chunk_ptr, starts_ptr, counts_ptr, out_ptr,
+                  WORD_BITS: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    pid = tl.program_id(0)
+    seg = tl.load(seg_ptr + pid)
+    start = tl.load(starts_ptr + seg)
+    count = tl.load(counts_ptr + seg)
+    first = tl.load(chunk_ptr + pid).to(tl.int64) * (BLOCK * UNROLL)
+    acc0 = tl.zeros([BLOCK], dtype=tl.uint64)
+    acc1 = tl.zeros([BLOCK], dtype=tl.uint64)
+    for j in tl.static_range(UNROLL):
+        idx = first + j * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+        mask = idx < count
+        w = tl.load(words_ptr + start + idx, mask=mask, other=0)
+        if WORD_BITS == 8:
+            u = w.to(tl.uint8, bitcast=True).to(tl.uint64)
+        elif WORD_BITS == 16:
+            u = w.to(tl.uint16, bitcast=True).to(tl.uint64)
+        elif WORD_BITS == 32:
+            u = w.to(tl.uint32, bitcast=True).to(tl.uint64)
+        else:
+            u = w.to(tl.uint64, bitcast=True)
+        i = idx.to(tl.uint64)
+        acc0 += tl.where(mask, _mix(u ^ _mix(i + 0x9E3779B97F4A7C15)), 0)
+        acc1 += tl.where(mask, _mix(u ^ _mix(i + 0xD1B54A32D192ED03)), 0)
+    tl.store(out_ptr + 2 * pid, tl.sum(acc0, axis=0).to(tl.int64, bitcast=True))
+    tl.store(out_ptr + 2 * pid + 1, tl.sum(acc1, axis=0).to(tl.int64, bitcast=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _table(counts: Tuple[int, ...], device: str) -> Tuple[int, torch.Tensor, ...]:
+    """(programs, then on the device: program -> segment, program -> chunk in it, segment starts, counts).
+
+    Cached: every repeat of a case cuts its outputs the same way."""
+    chunks = torch.tensor([-(-c // (BLOCK * UNROLL)) for c in counts], dtype=torch.int64)
+    n, k = int(chunks.sum()), len(counts)
+    seg = torch.repeat_interleave(torch.arange(k), chunks)
+    chunk = torch.arange(n) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
+    sizes = torch.tensor(counts, dtype=torch.int64)
+    table = torch.cat([seg, chunk, sizes.cumsum(0) - sizes, sizes]).to(device)  # one copy to the device
+    return (n, *table.split([n, n, k, k]))
+
+
+def triton_lanes(flat: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
+    """Lanes [segments, 2] int64 of a flat word tensor cut into consecutive segments of these sizes."""
+    lanes = torch.zeros(len(counts), 2, dtype=torch.int64, device=flat.device)
+    n, seg, chunk, starts, sizes = _table(tuple(counts), str(flat.device))
+    if n == 0:
+        return lanes
+    partial = torch.empty(n, 2, dtype=torch.int64, device=flat.device)
+    _lanes_kernel[(n,)](flat, seg, chunk, starts, sizes, partial,
+                        WORD_BITS=8 * flat.element_size(), BLOCK=BLOCK, UNROLL=UNROLL)
+    return lanes.index_add_(0, seg, partial)

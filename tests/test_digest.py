@@ -1,0 +1,76 @@
+"""Digests: pinned bits (stored baselines depend on them), split digests, and the Triton kernel agreeing
+bit for bit with the torch path (run in Triton's CPU interpreter)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from detrun.digest import split_digests, split_lanes, tensor_digest
+
+
+def test_digest_bits_are_pinned():
+    """The digest of a fixed tensor, as detrun has always computed it: a change breaks every baseline."""
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4).to(torch.bfloat16)
+    assert tensor_digest(t) == "fec70df349bfc4e43d37ea2a8cbc2850"
+
+
+def test_split_digests_are_the_digests_of_the_slices():
+    t = torch.randn(10, 3, 4).to(torch.bfloat16)
+    bounds = [0, 2, 2, 7, 10]
+    outs, lses = split_digests([t, t[:, :, 0].float()], bounds)
+    assert outs == [tensor_digest(t[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert lses == [tensor_digest(t[a:b, :, 0].float()) for a, b in zip(bounds, bounds[1:])]
+
+
+def test_a_one_bit_flip_changes_only_its_segment_and_both_lanes():
+    t = torch.randn(12, 8).to(torch.bfloat16)
+    bounds = [0, 4, 9, 12]
+    flipped = t.clone()
+    flipped.view(torch.int16)[5, 3] ^= 1  # row 5: the second segment
+    a, b = split_lanes(t, bounds), split_lanes(flipped, bounds)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2])
+    assert (a[1] != b[1]).all()
+    assert split_digests([t], bounds)[0][1] != split_digests([flipped], bounds)[0][1]
+
+
+_INTERPRET = textwrap.dedent("""
+    import torch
+    from detrun.digest import split_lanes
+    torch.manual_seed(3)
+    checked = 0
+    for dtype in (torch.bfloat16, torch.float32, torch.int8, torch.float64):
+        for rows, bounds in ((37, [0, 1, 1, 20, 37]), (1100, [0, 1099, 1100])):  # 1100 x 4 > one program
+            t = (torch.randn(rows, 4) * 50).to(dtype)
+            ref, fused = split_lanes(t, bounds, impl="torch"), split_lanes(t, bounds, impl="triton")
+            assert torch.equal(ref, fused), (dtype, rows, ref, fused)
+            flipped = t.clone()
+            flipped.view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])[-1] ^= 1
+            assert not torch.equal(split_lanes(flipped, bounds, impl="triton")[-1], fused[-1])
+            checked += 1
+    print("checked", checked)
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+def test_triton_kernel_gives_the_torch_bits_in_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", _INTERPRET], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "checked 8" in out.stdout
+
+
+def test_implementation_choice(monkeypatch):
+    from detrun import digest
+
+    cpu = torch.zeros(4)
+    assert digest.implementation(cpu) == "torch"  # CPU: always torch
+    digest.prewarm(cpu.device)  # nothing to load for the torch path
+    assert digest._warming is None
+    digest.ready()
+    monkeypatch.setenv("DETRUN_DIGEST", "triton")
+    assert digest.implementation(cpu) == "triton"
