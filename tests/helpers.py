@@ -100,3 +100,16 @@ def drop_row(store: RunStore, run_id: str, match) -> dict:
             store.write_rows(run_id, shard, keep)
             return next(r for r in rows if match(r))
     raise AssertionError("no row matched")
+
+
+class FakeGraph:
+    """Stands in for backends.base.capture on the CPU: counts captures; replay runs the function again."""
+
+    captures = 0
+
+    def __init__(self, fn, device, stages=None, plan=None):
+        FakeGraph.captures += 1
+        self.fn, self.plan = fn, plan
+
+    def replay(self):
+        return tuple(t.clone() for t in self.fn()), 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
@@ -64,14 +64,25 @@ class AttentionBackend(abc.ABC):
         self.stages = stages if stages is not None else Stages()
         self.use_paged = env_bool(USE_PAGED_FLAG)
         self.deterministic = spec.deterministic
+        self.graphs: Dict[Hashable, Captured] = {}
 
     def path_for(self, mode: str, batch: Batch) -> str:
         return choose_path(self.use_paged, self.deterministic, mode, batch)
 
-    def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str) -> Tuple[Tuple[torch.Tensor, ...], float]:
-        """Run (eager) or capture and replay (cudagraph) one planned computation; records its kernel time."""
+    def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str, key: Hashable = None,
+                 plan: Optional[dict] = None) -> Tuple[Tuple[torch.Tensor, ...], float]:
+        """Run (eager) or replay (cudagraph) one planned computation; records its kernel time.
+
+        A graph is captured once per key (a batch and path) and replayed by later calls whose plan
+        is the same, as SGLang re-plans and replays the graphs it captured; a new plan recaptures.
+        """
         if mode == "cudagraph":
-            outputs, ms = capture_and_replay(run, self.device, self.stages)
+            graph = self.graphs.get(key) if key is not None else None
+            if graph is None or graph.plan != plan:
+                graph = capture(run, self.device, self.stages, plan)
+                if key is not None:
+                    self.graphs[key] = graph
+            outputs, ms = graph.replay()
         else:
             outputs, ms = kernel_timed(run, self.device)
         self.stages.add("kernel", ms / 1e3)
@@ -106,10 +117,26 @@ def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object
     return result, start.elapsed_time(end)
 
 
-def capture_and_replay(
-    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None
-) -> Tuple[Tuple[torch.Tensor, ...], float]:
-    """Warm fn up on a side stream, capture it in a CUDA graph, replay; (cloned outputs, replay ms)."""
+@dataclass
+class Captured:
+    """A captured CUDA graph, the outputs it writes, and the plan it was captured under."""
+
+    graph: "torch.cuda.CUDAGraph"
+    outputs: Tuple[torch.Tensor, ...]
+    device: torch.device
+    plan: Optional[dict] = None
+
+    def replay(self) -> Tuple[Tuple[torch.Tensor, ...], float]:
+        """(cloned outputs, replay ms); outputs are NaN first, so the replay must write every element."""
+        for t in self.outputs:
+            t.fill_(float("nan"))
+        _, ms = kernel_timed(self.graph.replay, self.device)
+        return tuple(t.clone() for t in self.outputs), ms
+
+
+def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,
+            plan: Optional[dict] = None) -> Captured:
+    """Warm fn up on a side stream, then capture it in a CUDA graph."""
     if device.type != "cuda":
         raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
     stages = stages if stages is not None else Stages()
@@ -124,7 +151,11 @@ def capture_and_replay(
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = fn()
-        for t in outputs:
-            t.fill_(float("nan"))  # replay must write every element it returns
-    _, ms = kernel_timed(graph.replay, device)
-    return tuple(t.clone() for t in outputs), ms
+    return Captured(graph, tuple(outputs), device, plan)
+
+
+def capture_and_replay(
+    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None
+) -> Tuple[Tuple[torch.Tensor, ...], float]:
+    """Capture fn in a new CUDA graph and replay it once; (cloned outputs, replay ms)."""
+    return capture(fn, device, stages).replay()

@@ -64,6 +64,7 @@ class FlashInferBackend(AttentionBackend):
         self.eager_ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
             self.workspace, layout, backend=self.ragged_backend)
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self._graph_builds: Dict[Tuple[str, str], tuple] = {}
 
     # -- planning
     def _split_args(self) -> dict:
@@ -121,27 +122,46 @@ class FlashInferBackend(AttentionBackend):
             qo_indptr_buf=batch.qo_indptr.to(dev), kv_indptr_buf=batch.qo_indptr.to(dev),
             backend=self.ragged_backend)
 
-    def _prepare(self, batch: Batch, path: str, graph: bool):
+    def _build(self, batch: Batch, path: str, graph: bool):
+        """(wrappers, plan them all, run closure) for one batch and path.
+
+        CUDA-graph wrappers own fixed buffers that a captured graph reads, so they are built once per
+        (case, path) and re-planned before each replay, as SGLang keeps its capture-time wrappers.
+        """
+        key = (batch.case, path)
+        if graph and key in self._graph_builds:
+            return self._graph_builds[key]
         if path == PATH_PAGED:
             paged = self._graph_paged(batch, batch.full) if graph else self.eager_paged
-            self._plan_paged(paged, batch, batch.full, self.spec.causal)
-            return [paged], self._paged_run(paged, batch)
-        ragged = self._graph_ragged(batch) if graph else self.eager_ragged
-        self._plan_ragged(ragged, batch)
-        ragged_run = self._ragged_run(ragged, batch)
-        if path != PATH_RAGGED_PREFIX:
-            return [ragged], ragged_run
-        # The paged wrapper serves the prefix here (SGLang's prefill_wrapper_paged), re-planned per batch.
-        prefix = self._graph_paged(batch, batch.prefix) if graph else self.eager_paged
-        self._plan_paged(prefix, batch, batch.prefix, causal=False)
-        prefix_run = self._paged_run(prefix, batch)
+            built = ([paged], lambda: self._plan_paged(paged, batch, batch.full, self.spec.causal),
+                     self._paged_run(paged, batch))
+        else:
+            ragged = self._graph_ragged(batch) if graph else self.eager_ragged
+            ragged_run = self._ragged_run(ragged, batch)
+            built = [ragged], lambda: self._plan_ragged(ragged, batch), ragged_run
+        if path == PATH_RAGGED_PREFIX:
+            # The paged wrapper serves the prefix here (SGLang's prefill_wrapper_paged), re-planned per batch.
+            prefix = self._graph_paged(batch, batch.prefix) if graph else self.eager_paged
+            prefix_run = self._paged_run(prefix, batch)
 
-        def run():
-            o1, s1 = ragged_run()
-            o2, s2 = prefix_run()
-            return self.fi.merge_state(o1, s1, o2, s2)
+            def plan_both():
+                self._plan_ragged(ragged, batch)
+                self._plan_paged(prefix, batch, batch.prefix, causal=False)
 
-        return [ragged, prefix], run
+            def run():
+                o1, s1 = ragged_run()
+                o2, s2 = prefix_run()
+                return self.fi.merge_state(o1, s1, o2, s2)
+
+            built = [ragged, prefix], plan_both, run
+        if graph:
+            self._graph_builds[key] = built
+        return built
+
+    def _prepare(self, batch: Batch, path: str, graph: bool):
+        wrappers, plan, run = self._build(batch, path, graph)
+        plan()
+        return wrappers, run
 
     def _outputs(self, batch: Batch):
         tokens = batch.q.shape[0]
@@ -187,13 +207,13 @@ class FlashInferBackend(AttentionBackend):
             if graph:
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
-        (out, lse), run_ms = self._execute(run, mode)
-        if not graph:
-            out, lse = out.clone(), lse.clone()
         plans = [self.plan_of(w) for w in wrappers]
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
+        (out, lse), run_ms = self._execute(run, mode, key=(batch.case, path), plan=plan)
+        if not graph:
+            out, lse = out.clone(), lse.clone()
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
         kernels = self._kernels(batch, mode, repeat, run, graph)
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,

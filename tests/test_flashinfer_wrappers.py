@@ -1,0 +1,87 @@
+"""FlashInferBackend's wrapper handling on the CPU, against a stand-in flashinfer module: which wrappers
+each path uses, that CUDA-graph wrappers are built once per (case, path) and re-planned before every
+replay (as SGLang does), and that eager cells re-plan the shared eager wrappers."""
+
+import sys
+import types
+
+import pytest
+import torch
+
+from detrun.backends import base
+from detrun.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
+from detrun.inputs import build_batch
+from detrun.spec import spec_from_dict
+from tests.helpers import FakeGraph, small
+
+
+class _Wrapper:
+    made = []
+
+    def __init__(self, workspace, layout, use_cuda_graph=False, backend="auto", **buffers):
+        self.graph, self._backend, self.plans, self._plan_info = use_cuda_graph, backend, 0, []
+        _Wrapper.made.append(self)
+
+    def plan(self, *args, **kwargs):
+        self.plans += 1
+        self.causal = kwargs.get("causal")
+
+    def run(self, q, *kv, out, lse, return_lse):
+        out.copy_(q.to(out.dtype))  # deterministic, written in full
+        lse.copy_(q.float().sum(-1))
+        return out, lse
+
+
+class Paged(_Wrapper):
+    pass
+
+
+class Ragged(_Wrapper):
+    pass
+
+
+@pytest.fixture
+def backend(monkeypatch):
+    fake = types.SimpleNamespace(
+        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=Paged,
+        BatchPrefillWithRaggedKVCacheWrapper=Ragged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    monkeypatch.setattr(base, "capture", FakeGraph)
+    FakeGraph.captures, _Wrapper.made = 0, []
+
+    def make(paged: bool):
+        monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")
+        from detrun.backends.flashinfer import FlashInferBackend
+
+        spec = spec_from_dict(small(flashinfer={"workspace_mb": 16, "profile_kernels": False}))
+        return spec, FlashInferBackend(spec, torch.device("cpu"))
+
+    return make
+
+
+def test_graph_wrappers_built_once_and_replanned_every_replay(backend):
+    spec, be = backend(paged=True)
+    eager = list(_Wrapper.made)  # the backend's two eager wrappers
+    batch = build_batch(spec, "alone")
+    outs = [be.forward(batch, "cudagraph", repeat=r) for r in range(3)]
+    graph = [w for w in _Wrapper.made if w.graph]
+    assert len(graph) == 1 and isinstance(graph[0], Paged) and graph[0].plans == 3
+    assert FakeGraph.captures == 1 and outs[0].path == PATH_PAGED
+    assert all(torch.equal(o.out, outs[0].out) for o in outs)
+    be.forward(batch, "eager")
+    assert len(_Wrapper.made) == 3 and eager[0].plans == 1  # eager: the shared paged wrapper, re-planned
+
+
+def test_ragged_prefix_path_plans_both_graph_wrappers_each_time(backend):
+    spec, be = backend(paged=False)
+    batch = build_batch(spec, "prefix_alone")
+    for r in range(2):
+        out = be.forward(batch, "cudagraph", repeat=r)
+    graph = [w for w in _Wrapper.made if w.graph]
+    assert out.path == PATH_RAGGED_PREFIX and sorted(type(w).__name__ for w in graph) == ["Paged", "Ragged"]
+    assert [w.plans for w in graph] == [2, 2] and FakeGraph.captures == 1
+    prefix = next(w for w in graph if isinstance(w, Paged))
+    assert prefix.causal is False  # the prefix part attends to all of the cached prefix
+    assert set(out.plan) == {"backend", "prefix.backend"}
+    be.forward(build_batch(spec, "alone"), "cudagraph")
+    assert FakeGraph.captures == 2 and len([w for w in _Wrapper.made if w.graph]) == 3  # another case: its own
