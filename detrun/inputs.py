@@ -1,17 +1,22 @@
 """Seeded inputs: ragged q/k/v per request, scattered into a paged KV cache by a seeded page permutation.
 
 Values depend only on (spec.seed, request or prefix name), never on the batch or the device: they are
-drawn on the CPU and then moved, so the same request has the same bits in every case and on every GPU.
+drawn on the CPU (torch's CPU generator), rounded to the dtype there and moved, so the same request has
+the same bits in every case and on every GPU; a task draws each once (`Draws`). The stale values in
+every other cache slot come from a counter hash computed on the device: seeded, no CPU draw, and the
+same bits on any device.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
+from .digest import mix
 from .spec import JobSpec
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -25,6 +30,27 @@ def stable_seed(*parts: object) -> int:
 def _randn(seed: int, *shape: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+
+def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """Seeded garbage in [-4, 4) drawn on the device: 16 hashed bits per element, exact in any dtype's range."""
+    idx = torch.arange(math.prod(shape), device=device, dtype=torch.int64)
+    bits = mix(idx ^ seed) & 0xFFFF
+    return ((bits - 0x8000).to(torch.float32) / 8192).to(dtype).reshape(shape)
+
+
+class Draws:
+    """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once)."""
+
+    def __init__(self, spec: JobSpec, device) -> None:
+        self.spec, self.device, self.cache = spec, device, {}
+
+    def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+        key = (kind, name)
+        if key not in self.cache:
+            values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
+            self.cache[key] = values.to(DTYPES[self.spec.dtype]).to(self.device)
+        return self.cache[key]
 
 
 @dataclass
@@ -76,7 +102,7 @@ class Batch:
         return slice(int(self.qo_indptr[i]), int(self.qo_indptr[i + 1]))
 
 
-def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu") -> Batch:
+def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", draws: Optional[Draws] = None) -> Batch:
     names = spec.members(case)
     ps, hkv, hq, d = spec.page_size, spec.heads.kv, spec.heads.qo, spec.head_dim
     dtype = DTYPES[spec.dtype]
@@ -111,45 +137,41 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu") ->
     pool = n_pages + spare
     perm = torch.randperm(pool, generator=torch.Generator().manual_seed(stable_seed(spec.seed, "perm", case)))
     phys = perm[:n_pages].tolist()
+    draws = draws or Draws(spec, device)
     # Stale, seeded garbage in every slot: a kernel reading outside its pages sees it.
-    k_cache = _randn(stable_seed(spec.seed, "stale-k", case), pool, ps, hkv, d)
-    v_cache = _randn(stable_seed(spec.seed, "stale-v", case), pool, ps, hkv, d)
+    k_cache = stale(stable_seed(spec.seed, "stale-k", case), (pool, ps, hkv, d), dtype, device)
+    v_cache = stale(stable_seed(spec.seed, "stale-v", case), (pool, ps, hkv, d), dtype, device)
 
-    def scatter(cache: torch.Tensor, slots, values: torch.Tensor) -> None:
-        pages = torch.tensor([phys[p] for p, _ in slots], dtype=torch.long)
-        offsets = torch.tensor([s for _, s in slots], dtype=torch.long)
-        cache[pages, offsets] = values
+    def scatter(slots, k: torch.Tensor, v: torch.Tensor) -> None:
+        where = torch.tensor([(phys[p], s) for p, s in slots], dtype=torch.long).reshape(-1, 2).to(device)
+        k_cache[where[:, 0], where[:, 1]] = k
+        v_cache[where[:, 0], where[:, 1]] = v
 
     for key, plen, pages in slots_pre:
-        k_p = _randn(stable_seed(spec.seed, "prefix-k", key), plen, hkv, d)
-        v_p = _randn(stable_seed(spec.seed, "prefix-v", key), plen, hkv, d)
-        slots = [(pages[t // ps], t % ps) for t in range(plen)]
-        scatter(k_cache, slots, k_p)
-        scatter(v_cache, slots, v_p)
+        scatter([(pages[t // ps], t % ps) for t in range(plen)],
+                draws("prefix-k", key, plen, hkv), draws("prefix-v", key, plen, hkv))
 
     qs, ks, vs = [], [], []
     for name, slots in zip(names, slots_new):
         n = spec.request(name).qo_len
-        qs.append(_randn(stable_seed(spec.seed, "q", name), n, hq, d))
-        ks.append(_randn(stable_seed(spec.seed, "k", name), n, hkv, d))
-        vs.append(_randn(stable_seed(spec.seed, "v", name), n, hkv, d))
-        scatter(k_cache, slots, ks[-1])
-        scatter(v_cache, slots, vs[-1])
+        qs.append(draws("q", name, n, hq))
+        ks.append(draws("k", name, n, hkv))
+        vs.append(draws("v", name, n, hkv))
+        scatter(slots, ks[-1], vs[-1])
 
     qo_lens = [spec.request(n).qo_len for n in names]
     prefix_lens = [spec.request(n).prefix_len for n in names]
-    to_dev = lambda t: t.to(dtype).to(device)  # noqa: E731
     return Batch(
         case=case,
         requests=list(names),
         qo_lens=qo_lens,
         prefix_lens=prefix_lens,
         qo_indptr=torch.tensor([0] + torch.tensor(qo_lens).cumsum(0).tolist(), dtype=torch.int32),
-        q=to_dev(torch.cat(qs)),
-        k=to_dev(torch.cat(ks)),
-        v=to_dev(torch.cat(vs)),
-        k_cache=to_dev(k_cache),
-        v_cache=to_dev(v_cache),
+        q=torch.cat(qs),
+        k=torch.cat(ks),
+        v=torch.cat(vs),
+        k_cache=k_cache,
+        v_cache=v_cache,
         full=PageTable.build([[phys[p] for p in pg] for pg in full_pages],
                              [q + p for q, p in zip(qo_lens, prefix_lens)], ps),
         prefix=PageTable.build([[phys[p] for p in pg] for pg in pre_pages], prefix_lens, ps),

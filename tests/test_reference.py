@@ -143,3 +143,31 @@ def test_diff_stats_one_ulp(dtype):
     assert (stats.count, stats.max_ulp, stats.first_index) == (1, 1, (2, 3))
     assert stats.max_abs == pytest.approx(abs(float(other[2, 3]) - float(t[2, 3])))
     assert diff_stats(raw(t), raw(t), name, (4, 6)).count == 0
+
+
+def test_inputs_are_pinned_and_stale_slots_seeded():
+    """Request values are the CPU draws detrun has always made (baselines depend on them); every slot
+    outside the batch's pages holds seeded garbage, the same in every build of the case."""
+    spec = spec_from_dict(small())
+    a, again = build_batch(spec, "alone"), build_batch(spec, "alone")
+    assert tensor_digest(a.q) == "5c634c6afbaf226a1fec91ffd644b964"
+    assert tensor_digest(a.k) == "4fd763fa336fa6c565925db6c4352068"
+    assert torch.equal(a.k_cache, again.k_cache) and torch.equal(a.v_cache, again.v_cache)
+    used = set(a.full.indices.tolist())
+    unused = [p for p in range(a.k_cache.shape[0]) if p not in used]
+    assert unused and a.k_cache[unused].abs().max() <= 4 and a.k_cache[unused].float().std() > 1
+    assert not torch.equal(a.k_cache[unused], a.v_cache[unused])
+    other = build_batch(spec, "mixed")
+    assert not torch.equal(other.k_cache[: len(unused)], a.k_cache[: len(unused)])
+
+
+def test_draws_shared_by_cases_give_the_same_batches():
+    from detrun.inputs import Draws
+
+    spec = spec_from_dict(small())
+    draws = Draws(spec, "cpu")
+    for case in ("alone", "mixed", "prefix_shared"):
+        shared, fresh = build_batch(spec, case, "cpu", draws), build_batch(spec, case)
+        for name in ("q", "k", "v", "k_cache", "v_cache"):
+            assert torch.equal(getattr(shared, name), getattr(fresh, name)), (case, name)
+    assert len(draws.cache) == 17  # one draw per (kind, name): target once for alone and mixed
