@@ -29,8 +29,8 @@ def main():
     store = RunStore(args.runs_root)
     result = runner.submit(load_spec(args.job, args.overrides), store, gpus)
     t2 = time.perf_counter()
-    rows, tasks_wall = run_breakdown(store, result.run_id)
-    print_timings(rows, tasks_wall, Console(highlight=False, width=120))
+    rows, tasks_wall, steady = run_breakdown(store, result.run_id)
+    print_timings(rows, tasks_wall, steady, Console(highlight=False, width=120))
     kernel = sum(s for name, s, _ in rows if name == "kernel")
     warm = sum(s for name, s, _ in rows if name in ("graph warm-up", "profile"))
     total = t2 - t0

@@ -89,8 +89,9 @@ def print_history(hist: History, console: Console) -> None:
     _listing(console, "cases whose bits changed", [str(d) for d in hist.drifts], "bold red")
 
 
-def print_timings(rows, wall: float, console: Console) -> None:
-    """Where a run's seconds went, stage by stage (sums over shards; one GPU runs them in turn)."""
+def print_timings(rows, wall: float, steady, console: Console) -> None:
+    """Where a run's seconds went, stage by stage (sums over shards; one GPU runs them in turn), and the
+    steady state: cells whose case and mode ran before in their task."""
     table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
     for name in ("stage", "seconds", "share", "count"):
         table.add_column(name, justify="left" if name == "stage" else "right")
@@ -101,3 +102,16 @@ def print_timings(rows, wall: float, console: Console) -> None:
                       str(count))
     table.add_row("sum over shards", f"{total:.3f}", "100%", "")
     console.print(table)
+    if steady:
+        console.print(steady_line(*steady))
+
+
+def steady_line(cells: int, cell_s: float, parts: dict) -> str:
+    """One cell in steady state: its wall, what it spent in kernels, plan() and digests, and the overhead."""
+    ms = lambda s: f"{1e3 * s / cells:.3f} ms"  # noqa: E731
+    kernel = parts.get("kernel", 0.0)
+    rest = cell_s - sum(parts.values())
+    over = f"{100 * (cell_s - kernel) / kernel:.1f}% of kernel time" if kernel > 0 else "no kernel time recorded"
+    split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
+    return (f"steady state ({cells} cells whose case and mode ran before in their task): {ms(cell_s)} per cell "
+            f"({split}, rest {ms(rest)}); overhead {over}")

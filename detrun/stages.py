@@ -51,7 +51,12 @@ NESTED = {
     "backend init": ("import flashinfer",),
     "forward": ("plan", "graph warm-up", "graph capture", "kernel", "profile"),
 }
-TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "forward", "digest", "tensor copy")
+# A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
+# seconds of these stages within it (recorded as "steady cell: <stage>").
+STEADY_CELL = "steady cell"
+STEADY_PARTS = ("kernel", "plan", "digest")
+TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
+               "tensor copy")
 
 
 def _gap(later: Optional[float], earlier: Optional[float]) -> float:
@@ -94,10 +99,22 @@ def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[s
     return [(name, total[name], count[name]) for name in total]
 
 
-def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], float]:
-    """(breakdown of a stored run, seconds from placement group to the last shard written)."""
+def steady_state(shard_timings: Dict[str, dict]) -> Optional[Tuple[int, float, Dict[str, float]]]:
+    """(cells, their seconds, {stage: its seconds in them}) over every shard's steady-state cells, or None."""
+    def total(name: str, key: str) -> float:
+        return sum(t.get("stages", {}).get(name, {}).get(key, 0) for t in shard_timings.values())
+
+    cells = int(total(STEADY_CELL, "n"))
+    if not cells:
+        return None
+    return cells, total(STEADY_CELL, "s"), {p: total(f"{STEADY_CELL}: {p}", "s") for p in STEADY_PARTS}
+
+
+def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], float, Optional[tuple]]:
+    """(breakdown of a stored run, seconds from placement group to the last shard written, steady_state)."""
     run = store.manifest(run_id).get("timings") or {}
     shards = store.read_timings(run_id)
     if not shards:
         raise DetrunError(f"run {run_id} recorded no timings (made before detrun recorded them, or no shard finished)")
-    return breakdown(run, shards), run.get("placement_group_s", 0.0) + run.get("tasks_s", 0.0)
+    wall = run.get("placement_group_s", 0.0) + run.get("tasks_s", 0.0)
+    return breakdown(run, shards), wall, steady_state(shards)

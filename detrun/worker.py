@@ -16,12 +16,12 @@ from typing import Dict, List, Optional
 import torch
 
 from .backends.base import AttentionBackend, KnownBug, Output, Unsupported
-from .digest import dtype_name, tensor_bytes, tensor_digest
+from .digest import dtype_name, prewarm, ready, split_digests, tensor_bytes
 from .envinfo import environment, seen_flags
-from .inputs import build_batch
+from .inputs import Draws, build_batch
 from .matrix import Cell, Shard, cells_for, row_key
 from .spec import JobSpec, spec_from_dict
-from .stages import Stages, process_started_unix
+from .stages import STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 
 
 def pick_device() -> torch.device:
@@ -66,6 +66,7 @@ class ShardRunner:
         else:
             with self.stages("cuda context"):
                 torch.empty(1, device=self.device)
+            prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
         self.backend_name, self.note = resolve_backend(spec, self.device)
         with self.stages("backend init"):
             self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
@@ -78,25 +79,34 @@ class ShardRunner:
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
         self.poisoned: Optional[str] = None
+        self.ran: set = set()  # (case, mode) of the cells this task has run
+        self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
-    def _keep(self, t: torch.Tensor) -> tuple[str, str, list]:
+    def _digests(self, batch, output: Output) -> List[dict]:
+        """Per request, digests (one device pass and one host copy per cell) and first-seen tensor bytes."""
+        bounds = batch.qo_indptr.tolist()
         with self.stages("digest"):
-            digest = tensor_digest(t)
-        if self.spec.store_tensors and digest not in self.blobs:
-            with self.stages("tensor copy"):
-                self.blobs[digest] = tensor_bytes(t)
-        return digest, dtype_name(t), list(t.shape)
+            outs, lses = split_digests([output.out, output.lse], bounds)
+        fields = []
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            f = {}
+            for name, t, digest in (("out", output.out, outs[i]), ("lse", output.lse, lses[i])):
+                if self.spec.store_tensors and digest not in self.blobs:
+                    with self.stages("tensor copy"):
+                        self.blobs[digest] = tensor_bytes(t[a:b])
+                f.update({f"{name}_digest": digest, f"{name}_dtype": dtype_name(t), f"{name}_shape": [b - a, *t.shape[1:]]})
+            fields.append(f)
+        return fields
 
     def _rows(self, cell: Cell, status: str, reason: str = "", batch=None, output: Optional[Output] = None):
+        digests = self._digests(batch, output) if output is not None else None
         for i, request in enumerate(self.spec.members(cell.case)):
             row = dict(self.common, key=row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot),
                        case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat,
                        status=status, reason=reason)
             if output is not None:
-                span = batch.span(i)
-                row["out_digest"], row["out_dtype"], row["out_shape"] = self._keep(output.out[span])
-                row["lse_digest"], row["lse_dtype"], row["lse_shape"] = self._keep(output.lse[span])
-                row.update(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
+                row.update(digests[i], attn=output.attn, path=output.path,
+                           plan=json.dumps(output.plan, sort_keys=True),
                            kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
             self.rows.append(row)
 
@@ -108,11 +118,19 @@ class ShardRunner:
         try:
             if cell.case not in batches:
                 with self.stages("inputs"):
-                    batches[cell.case] = build_batch(self.spec, cell.case, self.device)
+                    batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
             batch = batches[cell.case]
+            with self.stages("digest: wait for prewarm"):
+                ready()
+            start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
             with self.stages("forward"):
                 output = self.backend.forward(batch, cell.mode, cell.repeat)
             self._rows(cell, "ok", batch=batch, output=output)
+            if (cell.case, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
+                self.stages.add(STEADY_CELL, time.perf_counter() - start)
+                for part, seconds in before.items():
+                    self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+            self.ran.add((cell.case, cell.mode))
         except Unsupported as exc:
             self._rows(cell, "skipped", str(exc))
         except KnownBug as exc:

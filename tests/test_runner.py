@@ -99,11 +99,15 @@ def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
         assert t["driver"]["submitted_unix"] <= t["task_entered_unix"] <= t["returned_unix"]
     from detrun.stages import run_breakdown
 
-    rows, wall = run_breakdown(store, run_id)
+    rows, wall, steady = run_breakdown(store, run_id)
     total = sum(s for _, s, _ in rows)
     assert 0.5 * wall <= total <= 1.05 * wall + 0.2, (rows, wall)  # one slot: shards run in turn, so they add up to the wall
+    cells, cell_s, parts = steady  # repeat 1 of each case ran after repeat 0 in the same task
+    assert cells == 5 and 0 < parts["kernel"] < cell_s < wall and 0 < parts["digest"] < cell_s
+    assert sum(parts.values()) <= cell_s
     shown = CliRunner().invoke(app, ["timings", run_id, "--runs-root", root])
     assert shown.exit_code == 0 and "kernel" in shown.output and "import torch + detrun" in shown.output
+    assert "steady state (5 cells" in shown.output
 
 
 def test_timings_of_a_run_without_them_exits_2(tmp_path):
