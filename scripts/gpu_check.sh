@@ -5,16 +5,7 @@
 #   (device) bash scripts/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/detrun-gpu-out}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_check.log") 2>&1
-t0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - t0 )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-[[ -f .whl/ray-core.tar.xz ]] && tar -C /tmp/site -xJf .whl/ray-core.tar.xz
-export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
-export FLASHINFER_CUDA_ARCH_LIST="9.0" MAX_JOBS=16 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
-export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 COLUMNS=140
+source scripts/device_setup.sh
 echo "== installed in $(elapsed) s"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
 nvcc --version | tail -2
@@ -27,7 +18,6 @@ if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stat
 fi
 echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
 
-only() { [[ -z ${DETRUN_GPU_ONLY:-} || " $DETRUN_GPU_ONLY " == *" $1 "* ]]; }
 submit() {  # submit RUN_ID JOB [--set ...]
   local id=$1; shift
   only "$id" || return 0
@@ -42,15 +32,18 @@ compare() {
   echo "== compare $* exit $?"
 }
 submit paged jobs/paged.yaml
+submit paged-r2 jobs/paged.yaml --set name=paged-r2 --set repeats_per_task=2   # repeat 1 replays repeat 0's graphs
 submit ragged jobs/ragged.yaml
 submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true
 submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true
 submit paged-fixed jobs/paged.yaml --set name=paged-fixed --set flashinfer.fixed_split_size=256
 submit paged-fa3 jobs/paged.yaml --set name=paged-fa3 --set flashinfer.backend=fa3
+submit paged-fa3-r2 jobs/paged.yaml --set name=paged-fa3-r2 --set flashinfer.backend=fa3 --set repeats_per_task=2
 submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
 submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfer.ragged_backend=auto
 submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256
 compare paged ragged
+compare paged paged-r2
 compare paged-nosplit ragged-nosplit
 compare paged-fa3 ragged-fa3
 compare paged sglang-default

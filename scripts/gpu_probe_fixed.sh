@@ -3,13 +3,7 @@
 # under a timeout, with a stack-dump watchdog in the Ray workers (a hang in run 2 of gpu_check.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/detrun-gpu-out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/gpu_probe_fixed.log") 2>&1
-t0=$(date +%s); elapsed() { echo $(( $(date +%s) - t0 )); }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-tar -C /tmp/site -xJf .whl/ray-core.tar.xz
-export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1 COLUMNS=140
-export FLASHINFER_CUDA_ARCH_LIST="9.0" MAX_JOBS=16 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws RAY_AUTH_MODE=disabled
+source scripts/device_setup.sh
 export DETRUN_JIT_BACKENDS=fa2 DETRUN_WATCHDOG_S=40
 python3 scripts/jit_warmup.py
 python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1
