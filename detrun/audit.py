@@ -1,8 +1,14 @@
-"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took."""
+"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took.
+
+The path names live here (no torch), and the backends take them from here."""
 
 from __future__ import annotations
 
 from typing import Iterable, Optional
+
+PATH_PAGED = "paged"
+PATH_RAGGED = "ragged"
+PATH_RAGGED_PREFIX = "ragged+paged-prefix"  # ragged over new tokens + paged over the cached prefix, merged
 
 
 def is_ragged_kernel(name: str) -> bool:
@@ -21,10 +27,10 @@ def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
         return None
     ragged = [k for k in names if is_ragged_kernel(k)]
     paged = [k for k in names if is_paged_kernel(k)]
-    if path == "paged" and ragged:
+    if path == PATH_PAGED and ragged:
         return f"path paged but a ragged kernel ran: {ragged[0][:120]}"
-    if path.startswith("ragged") and not ragged:
+    if path in (PATH_RAGGED, PATH_RAGGED_PREFIX) and not ragged:
         return "path ragged but no ragged kernel ran"
-    if path in ("paged", "ragged+paged-prefix") and not paged:
+    if path in (PATH_PAGED, PATH_RAGGED_PREFIX) and not paged:
         return f"path {path} but no paged kernel ran"
     return None

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .compare import Comparison, compare_runs
 from .errors import DetrunError
-from .fingerprint import FINGERPRINT_FIELDS, fingerprint_fields
+from .fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from .store import RunStore
 
 _DIR = "baselines"
@@ -61,10 +61,6 @@ def list_baselines(store: RunStore, spec: Optional[str] = None) -> List[dict]:
         for fname in store.list_names(posixpath.join(_DIR, name), ".json"):
             docs.append(store.read_json(posixpath.join(_DIR, name, fname), "baseline"))
     return docs
-
-
-def field_differences(a: Dict[str, object], b: Dict[str, object]) -> List[Tuple[str, object, object]]:
-    return [(k, a.get(k), b.get(k)) for k in FINGERPRINT_FIELDS if a.get(k) != b.get(k)]
 
 
 @dataclass

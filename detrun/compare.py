@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
-from .fingerprint import FINGERPRINT_FIELDS
+from .fingerprint import FINGERPRINT_FIELDS, field_differences
 from .matrix import expected_key_array, key_layout, row_key
 from .spec import spec_from_dict
 from .store import RunStore
@@ -98,20 +98,16 @@ def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
     return diffs
 
 
-def env_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
-    return [(name, a[name], b[name]) for name in ENV_FIELDS if a[name] != b[name]]
-
-
 def explain(a: dict, b: dict) -> List[str]:
     """What differs between the two rows' recorded plans, paths and environments."""
     plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
-    why = [f"{k}: {x} vs {y}" for k, x, y in plan + env_differences(a, b)]
+    why = [f"{k}: {x} vs {y}" for k, x, y in plan + field_differences(a, b)]
     return why or ["unexplained: same plan, path and environment"]
 
 
 def label(a: dict, b: dict) -> str:
     """Why two rows may differ: the first differing plan field, else environment field, else unexplained."""
-    plan, env = plan_differences(a, b), env_differences(a, b)
+    plan, env = plan_differences(a, b), field_differences(a, b)
     if plan:
         return f"explained by plan: {plan[0][0]}"
     if env:

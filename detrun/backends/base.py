@@ -9,15 +9,13 @@ from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
+from ..audit import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX  # noqa: F401  (the backends take them from here)
 from ..envflags import env_bool
 from ..inputs import Batch
 from ..spec import JobSpec
 from ..stages import Stages
 
 USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
-PATH_PAGED = "paged"
-PATH_RAGGED = "ragged"
-PATH_RAGGED_PREFIX = "ragged+paged-prefix"
 
 
 class Unsupported(Exception):
