@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from detrun.matrix import shards
+from detrun.matrix import key_parts, shards
 from detrun.spec import spec_from_dict
 from detrun.store import SCHEMA, RunStore, make_row
 
@@ -62,9 +62,9 @@ def shard_table(spec, shard, run_id: str, out_d: pa.Array, lse_d: pa.Array) -> p
     case_i, mode_i, req_i = cell // (len(modes) * nreq), (cell // nreq) % len(modes), cell % nreq
     take = lambda values, idx: pa.array(values).take(pa.array(idx))  # noqa: E731
     case, mode, req = take(cases, case_i), take(modes, mode_i), take(members, req_i)
-    key = pc.binary_join_element_wise(
-        case, req, mode, pc.binary_join_element_wise("r", pc.cast(pa.array(rep), pa.string()), ""),
-        _const(f"g{shard.slot}", n), "/")
+    heads, tails = key_parts([(c, r, m) for c in cases for m in modes for r in members],
+                             [(shard.slot, r) for r in shard.repeats])
+    key = pc.binary_join_element_wise(heads.take(pa.array(cell)), tails.take(pa.array(i // per_rep)), "")
     defaults = make_row()
     cols = {
         "run_id": _const(run_id, n), "key": key, "case": case, "request": req, "mode": mode,

@@ -23,7 +23,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS, field_differences
-from .matrix import expected_key_array, key_layout, row_key
+from .matrix import expected_key_array, key_layout, key_parts, row_key
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -173,8 +173,7 @@ def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) 
     pos *= len(cells)
     pos += cell
     pos[(cell < 0) | (grid < 0)] = -1
-    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells] or [""], pa.string())
-    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks] or [""], pa.string())
+    heads, tails = key_parts(cells, blocks)
     keys = cols.keys(run_id)
     bounds = np.cumsum([0] + [len(chunk) for chunk in keys.chunks])
 

@@ -48,8 +48,23 @@ def shards(spec: JobSpec, gpus: int) -> List[Shard]:
     return [Shard(slot, chunk) for slot in range(gpus) for chunk in chunks]
 
 
+def _head(case: str, request: str, mode: str) -> str:
+    return f"{case}/{request}/{mode}"
+
+
+def _tail(repeat: int, slot: int) -> str:
+    return f"/r{repeat}/g{slot}"
+
+
 def row_key(case: str, request: str, mode: str, repeat: int, slot: int) -> str:
-    return f"{case}/{request}/{mode}/r{repeat}/g{slot}"
+    return _head(case, request, mode) + _tail(repeat, slot)
+
+
+def key_parts(cells: List[Tuple[str, str, str]], blocks: List[Tuple[int, int]]) -> Tuple[pa.Array, pa.Array]:
+    """row_key in two Arrow arrays: the head of each (case, request, mode) cell, the tail of each (slot, repeat) block."""
+    heads = pa.array([_head(*cell) for cell in cells] or [""], pa.string())
+    tails = pa.array([_tail(repeat, slot) for slot, repeat in blocks] or [""], pa.string())
+    return heads, tails
 
 
 def shard_keys(spec: JobSpec, shard: Shard) -> List[str]:
@@ -75,8 +90,7 @@ def key_layout(spec: JobSpec, gpus: int) -> Tuple[List[Tuple[str, str, str]], Li
 def expected_key_array(spec: JobSpec, gpus: int) -> pa.Array:
     """expected_keys as an Arrow string array, built without a Python string per row."""
     cells, blocks = key_layout(spec, gpus)
-    heads = pa.array([f"{case}/{request}/{mode}" for case, request, mode in cells], pa.string())
-    tails = pa.array([f"/r{repeat}/g{slot}" for slot, repeat in blocks], pa.string())
+    heads, tails = key_parts(cells, blocks)
     take_cells = np.tile(np.arange(len(cells), dtype=np.int64), len(blocks))
     take_tails = np.repeat(np.arange(len(blocks), dtype=np.int64), len(cells))
     return pc.binary_join_element_wise(heads.take(take_cells), tails.take(take_tails), "")
