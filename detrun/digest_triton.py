@@ -28,7 +28,9 @@ def _mix(x):
     return x ^ (x >> 31)
 
 
-@triton.jit
+# Loads are gathered through runtime offsets, so pointer alignment buys nothing: not specialising on it
+# keeps one compiled kernel per word size (the sliced table and row ranges vary in alignment).
+@triton.jit(do_not_specialize_on_alignment=["words_ptr", "seg_ptr", "chunk_ptr", "starts_ptr", "counts_ptr", "out_ptr"])
 def _lanes_kernel(words_ptr, seg_ptr, chunk_ptr, starts_ptr, counts_ptr, out_ptr,
                   WORD_BITS: tl.constexpr, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
     pid = tl.program_id(0)
