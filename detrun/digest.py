@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import sys
 import threading
 from typing import List, Optional, Sequence
 
@@ -82,29 +83,40 @@ def _triton_ok() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def implementation(t: torch.Tensor) -> str:
-    """torch or triton, for this tensor (same bits either way)."""
+def choice(device_type: str) -> str:
+    """torch or triton for tensors on this kind of device (same bits either way)."""
     forced = os.environ.get("DETRUN_DIGEST", "")
     if forced in ("torch", "triton"):
         return forced
-    return "triton" if t.device.type == "cuda" and _triton_ok() else "torch"
+    return "triton" if device_type == "cuda" and _triton_ok() and _failed is None else "torch"
+
+
+def implementation(t: torch.Tensor) -> str:
+    return choice(t.device.type)
 
 
 _warming: Optional[threading.Thread] = None
+_failed: Optional[str] = None  # why the Triton kernel could not be loaded here (then: the torch path)
+
+
+def _load_kernel(device: torch.device) -> None:
+    global _failed
+    try:
+        for dtype in (torch.bfloat16, torch.float32):  # outputs and LSEs
+            split_lanes(torch.zeros(1, dtype=dtype, device=device), [0, 1], "triton")
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # no usable Triton on this machine: the torch path gives the same bits
+        _failed = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+        print(f"detrun: the Triton digest kernel did not load ({_failed}); digests take the torch path",
+              file=sys.stderr)
 
 
 def prewarm(device: torch.device) -> None:
     """Import Triton and compile (or load from its disk cache) the kernel for 2- and 4-byte words, in a
     background thread, while the task does other set-up. Call ready() before capturing CUDA graphs."""
     global _warming
-    probe = torch.empty(0, device=device)
-    if _warming is None and implementation(probe) == "triton":
-        def load() -> None:
-            for dtype in (torch.bfloat16, torch.float32):  # outputs and LSEs
-                split_lanes(torch.zeros(1, dtype=dtype, device=device), [0, 1], "triton")
-            torch.cuda.synchronize(device)
-
-        _warming = threading.Thread(target=load, name="detrun-digest-prewarm", daemon=True)
+    if _warming is None and choice(device.type) == "triton":
+        _warming = threading.Thread(target=_load_kernel, args=(device,), name="detrun-digest-prewarm", daemon=True)
         _warming.start()
 
 

@@ -74,3 +74,18 @@ def test_implementation_choice(monkeypatch):
     digest.ready()
     monkeypatch.setenv("DETRUN_DIGEST", "triton")
     assert digest.implementation(cpu) == "triton"
+
+
+def test_a_kernel_that_does_not_load_falls_back_to_the_torch_path(monkeypatch):
+    from detrun import digest
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler for this GPU")
+
+    monkeypatch.delenv("DETRUN_DIGEST", raising=False)
+    monkeypatch.setattr(digest, "_triton_ok", lambda: True)
+    monkeypatch.setattr(digest, "_failed", None)
+    assert digest.choice("cuda") == "triton"
+    monkeypatch.setattr(digest, "split_lanes", broken)
+    digest._load_kernel(torch.device("cpu"))
+    assert "no compiler for this GPU" in digest._failed and digest.choice("cuda") == "torch"
