@@ -126,16 +126,20 @@ def ready() -> None:
         _warming.join()
 
 
-def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "") -> torch.Tensor:
-    """Lanes [len(bounds) - 1, 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), on t's device."""
+def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "",
+                out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Lanes [len(bounds) - 1, 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), on t's device
+    (written into `out`, zeroed int64 of that shape, when given)."""
     row = math.prod(t.shape[1:])
     flat = words(t)[bounds[0] * row : bounds[-1] * row]
     counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])]
+    if out is None:
+        out = torch.zeros(len(counts), 2, dtype=torch.int64, device=t.device)
     if (impl or implementation(t)) == "triton":
         from .digest_triton import triton_lanes
 
-        return triton_lanes(flat, counts)
-    return torch_lanes(flat, counts)
+        return triton_lanes(flat, counts, out)
+    return out.copy_(torch_lanes(flat, counts))
 
 
 def dtype_name(t: torch.Tensor) -> str:
@@ -146,20 +150,44 @@ def _hex(head: str, lanes: bytes) -> str:
     return hashlib.blake2b(head.encode() + lanes, digest_size=16).hexdigest()
 
 
+class PendingDigests:
+    """A cell's digests, launched: the lanes are computed and copied to the host behind the work
+    already queued on the device; names() waits for them (by then, usually long done)."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int]):
+        segments = len(bounds) - 1
+        tails = ["x".join(map(str, t.shape[1:])) for t in tensors]
+        self.heads = [[f"{dtype_name(t)}|{b - a}{'x' if tail else ''}{tail}|" for a, b in zip(bounds, bounds[1:])]
+                      for t, tail in zip(tensors, tails)]
+        self.event = None
+        if not tensors:
+            self.host = torch.empty(0, 2, dtype=torch.int64)
+            return
+        device = tensors[0].device
+        lanes = torch.zeros(len(tensors) * segments, 2, dtype=torch.int64, device=device)
+        for i, t in enumerate(tensors):
+            split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments])
+        if device.type == "cuda":  # a pinned copy, so the host need not wait here
+            self.host = torch.empty(lanes.shape, dtype=torch.int64, pin_memory=True).copy_(lanes, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = lanes.cpu()
+
+    def names(self) -> List[List[str]]:
+        """Per tensor, the 128-bit hex digest of each row range."""
+        if self.event is not None:
+            self.event.synchronize()
+        host, at, out = self.host.numpy(), 0, []
+        for heads in self.heads:
+            out.append([_hex(head, host[at + j].tobytes()) for j, head in enumerate(heads)])
+            at += len(heads)
+        return out
+
+
 def split_digests(tensors: Sequence[torch.Tensor], bounds: Sequence[int]) -> List[List[str]]:
     """Per tensor, the 128-bit hex digests of its row ranges; 16 bytes per digest leave the device, in one copy."""
-    lanes = [split_lanes(t, bounds) for t in tensors]
-    host = torch.cat(lanes).cpu().numpy() if lanes else None
-    out, at = [], 0
-    for t in tensors:
-        tail = "x".join(map(str, t.shape[1:]))
-        names = []
-        for a, b in zip(bounds, bounds[1:]):
-            shape = f"{b - a}x{tail}" if tail else f"{b - a}"
-            names.append(_hex(f"{dtype_name(t)}|{shape}|", host[at].tobytes()))
-            at += 1
-        out.append(names)
-    return out
+    return PendingDigests(tensors, bounds).names()
 
 
 def tensor_digest(t: torch.Tensor) -> str:

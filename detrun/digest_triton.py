@@ -15,6 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .digest import C1, C2, SALTS
+
+# digest.py's constants, as the compile-time globals Triton accepts.
+_C1, _C2 = tl.constexpr(C1), tl.constexpr(C2)
+_SALT0, _SALT1 = tl.constexpr(SALTS[0]), tl.constexpr(SALTS[1])
 BLOCK = 1024
 UNROLL = 4  # blocks per program: one program reads BLOCK * UNROLL words of one segment
 
@@ -22,9 +27,9 @@ UNROLL = 4  # blocks per program: one program reads BLOCK * UNROLL words of one 
 @triton.jit
 def _mix(x):
     x = x ^ (x >> 30)
-    x = x * 0xBF58476D1CE4E5B9
+    x = x * _C1
     x = x ^ (x >> 27)
-    x = x * 0x94D049BB133111EB
+    x = x * _C2
     return x ^ (x >> 31)
 
 
@@ -53,8 +58,8 @@ def _lanes_kernel(words_ptr, seg_ptr, chunk_ptr, starts_ptr, counts_ptr, out_ptr
         else:
             u = w.to(tl.uint64, bitcast=True)
         i = idx.to(tl.uint64)
-        acc0 += tl.where(mask, _mix(u ^ _mix(i + 0x9E3779B97F4A7C15)), 0)
-        acc1 += tl.where(mask, _mix(u ^ _mix(i + 0xD1B54A32D192ED03)), 0)
+        acc0 += tl.where(mask, _mix(u ^ _mix(i + _SALT0)), 0)
+        acc1 += tl.where(mask, _mix(u ^ _mix(i + _SALT1)), 0)
     tl.store(out_ptr + 2 * pid, tl.sum(acc0, axis=0).to(tl.int64, bitcast=True))
     tl.store(out_ptr + 2 * pid + 1, tl.sum(acc1, axis=0).to(tl.int64, bitcast=True))
 
@@ -73,9 +78,8 @@ def _table(counts: Tuple[int, ...], device: str) -> Tuple[int, torch.Tensor, ...
     return (n, *table.split([n, n, k, k]))
 
 
-def triton_lanes(flat: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
-    """Lanes [segments, 2] int64 of a flat word tensor cut into consecutive segments of these sizes."""
-    lanes = torch.zeros(len(counts), 2, dtype=torch.int64, device=flat.device)
+def triton_lanes(flat: torch.Tensor, counts: Sequence[int], lanes: torch.Tensor) -> torch.Tensor:
+    """Adds to lanes [segments, 2] int64 (zeroed) those of a flat word tensor cut into consecutive segments."""
     n, seg, chunk, starts, sizes = _table(tuple(counts), str(flat.device))
     if n == 0:
         return lanes

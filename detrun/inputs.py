@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -60,6 +60,14 @@ class PageTable:
     indptr: torch.Tensor
     indices: torch.Tensor
     last_page_len: torch.Tensor
+    _on: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def indices_on(self, device) -> torch.Tensor:
+        """The indices copied to a device (once)."""
+        key = str(device)
+        if key not in self._on:
+            self._on[key] = self.indices.to(device)
+        return self._on[key]
 
     @classmethod
     def build(cls, pages: List[List[int]], lens: List[int], page_size: int) -> "PageTable":

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import torch
 
 from .backends.base import AttentionBackend, KnownBug, Output, Unsupported
-from .digest import dtype_name, prewarm, ready, split_digests, tensor_bytes
+from .digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from .envinfo import environment, seen_flags
 from .inputs import Draws, build_batch
 from .matrix import Cell, Shard, cells_for, row_key
@@ -80,17 +80,35 @@ class ShardRunner:
         self.blobs: Dict[str, bytes] = {}
         self.poisoned: Optional[str] = None
         self.ran: set = set()  # (case, mode) of the cells this task has run
+        self.pending: Optional[tuple] = None  # (cell, batch, output, digests) launched, rows not yet written
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
-    def _digests(self, batch, output: Output) -> List[dict]:
-        """Per request, digests (one device pass and one host copy per cell) and first-seen tensor bytes."""
-        bounds = batch.qo_indptr.tolist()
+    def _launch(self, cell: Cell, batch, output: Output) -> None:
+        """Start the cell's digests on the device; its rows are written when they are read (_flush),
+        after the next cell's plan and kernel, so the digest overlaps that plan instead of waiting."""
         with self.stages("digest"):
-            outs, lses = split_digests([output.out, output.lse], bounds)
+            self.pending = (cell, batch, output, PendingDigests([output.out, output.lse], batch.qo_indptr.tolist()))
+
+    def _flush(self) -> None:
+        """Write the rows of the launched cell (a device error surfacing here is that cell's error)."""
+        if self.pending is None:
+            return
+        cell, batch, output, pending = self.pending
+        self.pending = None
+        try:
+            with self.stages("digest"):
+                names = pending.names()
+            self._rows(cell, "ok", output=output, digests=self._fields(batch, output, names))
+        except Exception as exc:
+            self._failed(cell, exc)
+
+    def _fields(self, batch, output: Output, names: List[List[str]]) -> List[dict]:
+        """Per request, its digest columns (and the first-seen tensor bytes, when stored)."""
+        bounds = batch.qo_indptr.tolist()
         fields = []
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             f = {}
-            for name, t, digest in (("out", output.out, outs[i]), ("lse", output.lse, lses[i])):
+            for name, t, digest in (("out", output.out, names[0][i]), ("lse", output.lse, names[1][i])):
                 if self.spec.store_tensors and digest not in self.blobs:
                     with self.stages("tensor copy"):
                         self.blobs[digest] = tensor_bytes(t[a:b])
@@ -98,23 +116,31 @@ class ShardRunner:
             fields.append(f)
         return fields
 
-    def _rows(self, cell: Cell, status: str, reason: str = "", batch=None, output: Optional[Output] = None):
-        digests = self._digests(batch, output) if output is not None else None
+    def _rows(self, cell: Cell, status: str, reason: str = "", output: Optional[Output] = None,
+              digests: Optional[List[dict]] = None):
+        if output is not None:
+            ran = dict(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
+                       kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
         for i, request in enumerate(self.spec.members(cell.case)):
             row = dict(self.common, key=row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot),
                        case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat,
                        status=status, reason=reason)
             if output is not None:
-                row.update(digests[i], attn=output.attn, path=output.path,
-                           plan=json.dumps(output.plan, sort_keys=True),
-                           kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
+                row.update(digests[i], **ran)
             self.rows.append(row)
+
+    def _failed(self, cell: Cell, exc: Exception) -> None:
+        """A kernel failure is a result of its cell, not of the run."""
+        reason = _first_line(exc)
+        self._rows(cell, "error", reason)
+        if self.device.type == "cuda" and "CUDA" in str(exc):
+            self.poisoned = f"CUDA context lost at {cell.case}/{cell.mode}: {reason}"
+        traceback.print_exc()
 
     def _cell(self, cell: Cell, batches: dict) -> None:
         if self.poisoned:
             self._rows(cell, "error", f"not run: {self.poisoned}")
             return
-        mark = len(self.rows)
         try:
             if cell.case not in batches:
                 with self.stages("inputs"):
@@ -125,28 +151,32 @@ class ShardRunner:
             start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
             with self.stages("forward"):
                 output = self.backend.forward(batch, cell.mode, cell.repeat)
-            self._rows(cell, "ok", batch=batch, output=output)
-            if (cell.case, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
-                self.stages.add(STEADY_CELL, time.perf_counter() - start)
-                for part, seconds in before.items():
-                    self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
-            self.ran.add((cell.case, cell.mode))
-        except Unsupported as exc:
-            self._rows(cell, "skipped", str(exc))
-        except KnownBug as exc:
-            self._rows(cell, "known_bug", str(exc))
-        except Exception as exc:  # a kernel failure is a result of this cell, not of the run
-            reason = _first_line(exc)
-            del self.rows[mark:]  # no half-written cell
-            self._rows(cell, "error", reason)
-            if self.device.type == "cuda" and "CUDA" in str(exc):
-                self.poisoned = f"CUDA context lost at {cell.case}/{cell.mode}: {reason}"
-            traceback.print_exc()
+        except Exception as exc:
+            self._flush()  # the cell before keeps its place in the rows
+            if isinstance(exc, Unsupported):
+                self._rows(cell, "skipped", str(exc))
+            elif isinstance(exc, KnownBug):
+                self._rows(cell, "known_bug", str(exc))
+            else:
+                self._failed(cell, exc)
+            return
+        self._flush()  # the cell before: its digests ran on the device during this cell's plan
+        try:
+            self._launch(cell, batch, output)
+        except Exception as exc:
+            self._failed(cell, exc)
+            return
+        if (cell.case, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
+            self.stages.add(STEADY_CELL, time.perf_counter() - start)
+            for part, seconds in before.items():
+                self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+        self.ran.add((cell.case, cell.mode))
 
     def run(self) -> dict:
         batches: dict = {}
         for cell in cells_for(self.spec, self.shard.repeats):
             self._cell(cell, batches)
+        self._flush()
         return {"rows": self.rows, "blobs": self.blobs, "note": self.note,
                 "timings": {"stages": self.stages.as_dict()}}
 

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
-# Speed on the GPU in one device call (docs/performance.md): the digest bench, then the runner overhead of
-# the code before (.prev/, carried) and after, interleaved, each submit with a local Ray of its own; then
-# `detrun compare` across the two codes (the same bits are expected: same inputs, replay == capture).
-#   (here)   mkdir -p .prev && git archive fb81ff0 detrun | tar -x -C .prev   # the code before; carry .prev
-#   (device) bash scripts/gpu_perf.sh
+# Speed on the GPU in one device call (docs/performance.md): the digest bench, a steady-state cell profile,
+# then the runner overhead of the code before (.prev/, carried) and after, interleaved, each submit with a
+# local Ray of its own; `detrun compare` across the two codes (the same bits are expected: same inputs,
+# replay == capture); last, 1/2/4 declared GPU slots sharing the one GPU (bench/scaling.py).
+#   (here)   rm -rf .prev && mkdir .prev && git archive 087a61b detrun | tar -x -C .prev   # the code before; carry .prev
+#   (device) bash scripts/gpu_perf.sh            (DETRUN_GPU_ONLY="id ...": only those steps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
 DETRUN_JIT_BACKENDS=fa2 python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
 echo "== JIT done at $(elapsed) s"
-if only digest; then timeout 240 python3 bench/digest_bench.py; echo "== digest bench exit $? at $(elapsed) s"; fi
+if only digest; then
+  timeout 240 python3 bench/digest_bench.py; echo "== digest bench exit $? at $(elapsed) s"
+  TRITON_CACHE_DIR=$(mktemp -d) timeout 120 python3 bench/digest_specializations.py
+  echo "== digest specializations exit $? at $(elapsed) s"
+fi
+cellprof() {  # cellprof ID DIR JOB [--set ...]: steady cells in one process, host and device profiles
+  local id=$1 dir=$2; shift 2
+  only "$id" || return 0
+  [[ -d $dir/detrun ]] || { echo "== $id SKIPPED (no $dir/detrun)"; return; }
+  timeout 150 python3 bench/cell_profile.py "$@" --code "$dir"; echo "== $id exit $? at $(elapsed) s"
+}
+cellprof cellprof-new . bench/jobs/long.yaml
+cellprof cellprof-old .prev bench/jobs/long.yaml
 perf() {  # perf RUN_ID new|old JOB [--set ...]: submit with that code, then its stage table
   local id=$1 code=$2; shift 2
   only "$id" || return 0
@@ -25,13 +38,24 @@ perf() {  # perf RUN_ID new|old JOB [--set ...]: submit with that code, then its
   (cd "$dir" && PYTHONPATH=$dir:/tmp/site python3 -c "import importlib.util as u; print('== code:', u.find_spec('detrun').origin)")
   (cd "$dir" && PYTHONPATH=$dir:/tmp/site python3 -m detrun.cli timings "$id" --runs-root "$root/runs-perf")
 }
-perf paged-new new $PWD/jobs/paged.yaml
-perf paged-old old $PWD/jobs/paged.yaml
 perf long-new new $PWD/bench/jobs/long.yaml
 perf long-old old $PWD/bench/jobs/long.yaml
+perf paged-new new $PWD/jobs/paged.yaml
+perf paged-old old $PWD/jobs/paged.yaml
+DETRUN_DIGEST=torch perf paged-torchdigest new $PWD/jobs/paged.yaml
 DETRUN_DIGEST=torch perf long-torchdigest new $PWD/bench/jobs/long.yaml
 perf long2x-new new $PWD/bench/jobs/long.yaml --set requests.chunk.qo_len=8192 --set requests.chunk.prefix_len=122880
-for pair in "paged-old paged-new" "long-old long-new" "long-new long-torchdigest"; do
+scaling() {  # scaling ID SLOTS JOB: declared GPU slots, all on GPU 0 (Ray leaves CUDA_VISIBLE_DEVICES alone)
+  local id=$1 slots=$2 job=$3
+  only "$id" || return 0
+  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-420} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1 timeout 200 python3 bench/scaling.py --job "$job" --cpus 16 --slots "$slots" 2>&1 |
+    grep -vE "^(Token authentication|[0-9-]+ [0-9:,]+\s+INFO)"
+  echo "== $id exit ${PIPESTATUS[0]} at $(elapsed) s"
+}
+scaling scaling-paged 1,2,4 jobs/paged.yaml
+scaling scaling-long 1,2,4 bench/jobs/long.yaml
+for pair in "paged-old paged-new" "long-old long-new" "long-new long-torchdigest" "paged-new paged-torchdigest"; do
   for id in $pair; do [[ -d runs-perf/$id ]] || continue 2; done
   python3 -m detrun.cli compare $pair --runs-root runs-perf | grep -vE "^(differs|explained|    )"
   echo "== compare $pair exit ${PIPESTATUS[0]}"

@@ -80,11 +80,12 @@ def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
     be = FlashInferBackend.__new__(FlashInferBackend)  # no flashinfer here: only the gating is under test
     be.stages = Stages()
     be.opts = spec_from_dict(small()).flashinfer
-    batch = type("B", (), {"case": "alone"})()
     assert be.opts.profile_repeats == 1
-    assert be._kernels(batch, "eager", 1, run, False) == []  # repeat 1: not profiled, run not called
+    assert not be._profiled(1)  # repeat 1: not profiled
+    assert be._profiled(0)
     with pytest.raises(Ran):
-        be._kernels(batch, "eager", 0, run, False)
+        be._kernels(run, False)  # the profiled run is a real run
     be.opts = be.opts.model_copy(update={"profile_repeats": None})
-    with pytest.raises(Ran):
-        be._kernels(batch, "eager", 5, run, False)  # null: every repeat, the same case again included
+    assert be._profiled(5)  # null: every repeat, the same case again included
+    be.opts = be.opts.model_copy(update={"profile_kernels": False})
+    assert not be._profiled(0)

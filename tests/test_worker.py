@@ -1,7 +1,8 @@
 """One shard in-process: cells that fail become error rows; the shard still returns every row."""
 
+from detrun import digest
 from detrun.backends.reference import ReferenceBackend
-from detrun.matrix import Shard, expected_keys
+from detrun.matrix import Shard, cells_for, expected_keys, row_key
 from detrun.runner import failure_line
 from detrun.spec import spec_from_dict
 from detrun.worker import run_shard
@@ -21,10 +22,36 @@ def test_a_failing_cell_is_an_error_row_and_the_rest_runs(monkeypatch):
     out = run_shard(data, Shard(0, (0,)), "w1")
     keys = [r["key"] for r in out["rows"]]
     assert sorted(keys) == sorted(expected_keys(spec_from_dict(data), 1))
+    assert keys == _in_cell_order(data)  # a cell's rows are written after the next cell ran: order kept
     errors = [r for r in out["rows"] if r["status"] == "error"]
     assert {r["case"] for r in errors} == {"mixed"} and len(errors) == 3
     assert errors[0]["reason"] == "RuntimeError: boom in plan"
     assert all(r["out_digest"] for r in out["rows"] if r["status"] == "ok")
+
+
+def _in_cell_order(data):
+    spec = spec_from_dict(data)
+    return [row_key(c.case, r, c.mode, c.repeat, 0) for c in cells_for(spec, (0,)) for r in spec.members(c.case)]
+
+
+def test_a_digest_that_cannot_be_read_is_its_cells_error(monkeypatch):
+    """Digests are read one cell late (they overlap the next plan): a failure there is that cell's, not the next's."""
+    real, reads = digest.PendingDigests.names, []
+
+    def names(self):
+        reads.append(1)
+        if len(reads) == 2:
+            raise RuntimeError("lanes lost")
+        return real(self)
+
+    monkeypatch.setattr(digest.PendingDigests, "names", names)
+    data = small(modes=["eager"], repeats=1)
+    rows = run_shard(data, Shard(0, (0,)), "w2")["rows"]
+    assert [r["key"] for r in rows] == _in_cell_order(data)
+    second = list(data["cases"])[1]
+    assert {r["case"] for r in rows if r["status"] == "error"} == {second}
+    assert {r["reason"] for r in rows if r["status"] == "error"} == {"RuntimeError: lanes lost"}
+    assert len(reads) == len(data["cases"])  # every cell's digests read, the last one after the loop
 
 
 def test_failure_line_takes_the_cause():

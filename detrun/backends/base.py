@@ -91,22 +91,24 @@ class AttentionBackend(abc.ABC):
         """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""
 
 
-def timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
-    """Run fn, return (result, wall milliseconds), synchronising the device around it."""
-    if device.type == "cuda":
+def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> Tuple[object, float]:
+    """Run fn, return (result, wall milliseconds); with sync, the device is synchronised around it
+    (without, the host's time only: the work fn queued is not waited for)."""
+    sync = sync and device.type == "cuda"
+    if sync:
         torch.cuda.synchronize(device)
     start = time.perf_counter()
     result = fn()
-    if device.type == "cuda":
+    if sync:
         torch.cuda.synchronize(device)
     return result, (time.perf_counter() - start) * 1e3
 
 
 def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
-    """Run fn, return (result, milliseconds): CUDA-event time on the current stream on a GPU, else wall."""
+    """Run fn, return (result, milliseconds): on a GPU, CUDA-event time of what fn queued on the current
+    stream (work queued before it, a digest say, is not counted and not waited for first), else wall."""
     if device.type != "cuda":
         return timed(fn, device)
-    torch.cuda.synchronize(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     result = fn()

@@ -72,7 +72,8 @@ class FlashInferBackend(AttentionBackend):
 
     def _plan_paged(self, w, batch: Batch, table: PageTable, causal: bool) -> None:
         s = self.spec
-        w.plan(batch.qo_indptr, table.indptr, table.indices, table.last_page_len,
+        # Indices on the device, as SGLang passes them: plan() copies host indices synchronously.
+        w.plan(batch.qo_indptr, table.indptr, table.indices_on(self.device), table.last_page_len,
                s.heads.qo, s.heads.kv, s.head_dim, s.page_size, causal=causal, sm_scale=self.scale,
                q_data_type=self.dtype, kv_data_type=self.dtype, **self._split_args())
 
@@ -198,7 +199,8 @@ class FlashInferBackend(AttentionBackend):
         path = self.path_for(mode, batch)
         graph = mode == "cudagraph"
         try:
-            (wrappers, run), plan_ms = timed(lambda: self._prepare(batch, path, graph), self.device)
+            # Host time of plan(): its copies queue behind the previous cell's digests, not waited for.
+            (wrappers, run), plan_ms = timed(lambda: self._prepare(batch, path, graph), self.device, sync=False)
             self.stages.add("plan", plan_ms / 1e3)
         except (RuntimeError, ValueError) as exc:
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -212,18 +214,20 @@ class FlashInferBackend(AttentionBackend):
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
         (out, lse), run_ms = self._execute(run, mode, key=(batch.case, path), plan=plan)
-        if not graph:
+        profiled = self._profiled(repeat)
+        if profiled and not graph:  # the profiled run below writes the same buffers again
             out, lse = out.clone(), lse.clone()
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
-        kernels = self._kernels(batch, mode, repeat, run, graph)
+        kernels = self._kernels(run, graph) if profiled else []
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
                       plan_ms=plan_ms, run_ms=run_ms)
 
-    def _kernels(self, batch: Batch, mode: str, repeat: int, run, graph: bool) -> List[str]:
-        """CUDA kernel names of one more run (eager) or capture+replay (graph), in the first profile_repeats."""
+    def _profiled(self, repeat: int) -> bool:
         limit = self.opts.profile_repeats
-        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):
-            return []
+        return self.opts.profile_kernels and (limit is None or repeat < limit)
+
+    def _kernels(self, run, graph: bool) -> List[str]:
+        """CUDA kernel names of one more run (eager) or capture+replay (graph), in the first profile_repeats."""
         from torch.profiler import ProfilerActivity, profile
 
         with self.stages("profile"):  # the profiler's start, one more run, trace parsing
@@ -235,4 +239,3 @@ class FlashInferBackend(AttentionBackend):
                 torch.cuda.synchronize(self.device)
             names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
         return sorted(n[:300] for n in names)
-
