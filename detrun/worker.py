@@ -84,10 +84,13 @@ class ShardRunner:
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:
-        """Start the cell's digests on the device; its rows are written when they are read (_flush),
-        after the next cell's plan and kernel, so the digest overlaps that plan instead of waiting."""
+        """Queue the cell's digests behind its kernel, then wait for the kernel (the next plan() may
+        rewrite host buffers its launch read). The digests run on the device during the next cell's
+        plan; their rows are written (_flush) while the next cell's kernel runs."""
         with self.stages("digest"):
-            self.pending = (cell, batch, output, PendingDigests([output.out, output.lse], batch.qo_indptr.tolist()))
+            digests = PendingDigests([output.out, output.lse], batch.qo_indptr.tolist())
+        output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
+        self.pending = (cell, batch, output, digests)
 
     def _flush(self) -> None:
         """Write the rows of the launched cell (a device error surfacing here is that cell's error)."""
@@ -160,7 +163,7 @@ class ShardRunner:
             else:
                 self._failed(cell, exc)
             return
-        self._flush()  # the cell before: its digests ran on the device during this cell's plan
+        self._flush()  # the cell before (its digests ran during this cell's plan), while this kernel runs
         try:
             self._launch(cell, batch, output)
         except Exception as exc:

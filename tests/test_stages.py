@@ -5,8 +5,11 @@ import time
 import pytest
 import torch
 
+from detrun.backends.base import KernelTime
+from detrun.matrix import Shard
 from detrun.stages import Stages, breakdown, process_started_unix
 from detrun.store import RunStore
+from detrun.worker import run_shard
 from tests.helpers import run_inline, small
 
 
@@ -89,3 +92,15 @@ def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
     assert be._profiled(5)  # null: every repeat, the same case again included
     be.opts = be.opts.model_copy(update={"profile_kernels": False})
     assert not be._profiled(0)
+
+
+def test_kernel_time_is_read_late_and_counted_once():
+    st = Stages()
+    timer = KernelTime(2.0, stages=st)
+    assert "kernel" not in st.seconds  # nothing counted before it is read
+    assert timer.wait() == 2.0 and timer.wait() == 2.0
+    assert st.as_dict()["kernel"] == {"s": 0.002, "n": 1}
+    out = run_shard(small(modes=["eager"], repeats=1), Shard(0, (0,)), "k1")
+    cells = len(small()["cases"])
+    assert out["timings"]["stages"]["kernel"]["n"] == cells  # every cell's kernel read, the last one too
+    assert all(r["run_ms"] > 0 for r in out["rows"])

@@ -35,7 +35,12 @@ class Output:
     plan: Dict[str, object] = field(default_factory=dict)
     kernels: List[str] = field(default_factory=list)
     plan_ms: float = 0.0
-    run_ms: float = 0.0
+    timer: Optional["KernelTime"] = None  # the run's kernel time: run_ms waits for it
+
+    @property
+    def run_ms(self) -> float:
+        """Milliseconds the run took on the device (waits for the run to finish)."""
+        return self.timer.wait() if self.timer is not None else 0.0
 
 
 def sglang_use_ragged(use_paged: bool, deterministic: bool, mode: str) -> bool:
@@ -68,8 +73,9 @@ class AttentionBackend(abc.ABC):
         return choose_path(self.use_paged, self.deterministic, mode, batch)
 
     def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str, key: Hashable = None,
-                 plan: Optional[dict] = None) -> Tuple[Tuple[torch.Tensor, ...], float]:
-        """Run (eager) or replay (cudagraph) one planned computation; records its kernel time.
+                 plan: Optional[dict] = None) -> Tuple[Tuple[torch.Tensor, ...], "KernelTime"]:
+        """Run (eager) or replay (cudagraph) one planned computation, without waiting for it: the
+        KernelTime waits when read (and records the "kernel" stage then).
 
         A graph is captured once per key (a batch and path) and replayed by later calls whose plan
         is the same, as SGLang re-plans and replays the graphs it captured; a new plan recaptures.
@@ -80,11 +86,11 @@ class AttentionBackend(abc.ABC):
                 graph = capture(run, self.device, self.stages, plan)
                 if key is not None:
                     self.graphs[key] = graph
-            outputs, ms = graph.replay()
+            outputs, timer = graph.replay()
         else:
-            outputs, ms = kernel_timed(run, self.device)
-        self.stages.add("kernel", ms / 1e3)
-        return outputs, ms
+            outputs, timer = kernel_timed(run, self.device)
+        timer.stages = self.stages
+        return outputs, timer
 
     @abc.abstractmethod
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
@@ -104,17 +110,35 @@ def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> 
     return result, (time.perf_counter() - start) * 1e3
 
 
-def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, float]:
-    """Run fn, return (result, milliseconds): on a GPU, CUDA-event time of what fn queued on the current
-    stream (work queued before it, a digest say, is not counted and not waited for first), else wall."""
+class KernelTime:
+    """Device time of queued work between two CUDA events (or a wall time already taken), read late so
+    the host can do other work while the device runs; wait() adds it to stages' "kernel" once."""
+
+    def __init__(self, ms: float = 0.0, events: Optional[tuple] = None, stages: Optional[Stages] = None):
+        self.ms, self.events, self.stages, self.counted = ms, events, stages, False
+
+    def wait(self) -> float:
+        if self.events is not None:
+            start, end = self.events
+            end.synchronize()
+            self.ms, self.events = start.elapsed_time(end), None
+        if not self.counted and self.stages is not None:
+            self.stages.add("kernel", self.ms / 1e3)
+            self.counted = True
+        return self.ms
+
+
+def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, KernelTime]:
+    """Run fn, return (result, its KernelTime): on a GPU, CUDA-event time of what fn queued on the current
+    stream (work queued before it, a digest say, is not counted), not waited for here; else wall time."""
     if device.type != "cuda":
-        return timed(fn, device)
+        result, ms = timed(fn, device)
+        return result, KernelTime(ms)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     result = fn()
     end.record()
-    end.synchronize()
-    return result, start.elapsed_time(end)
+    return result, KernelTime(events=(start, end))
 
 
 @dataclass
@@ -126,12 +150,12 @@ class Captured:
     device: torch.device
     plan: Optional[dict] = None
 
-    def replay(self) -> Tuple[Tuple[torch.Tensor, ...], float]:
-        """(cloned outputs, replay ms); outputs are NaN first, so the replay must write every element."""
+    def replay(self) -> Tuple[Tuple[torch.Tensor, ...], KernelTime]:
+        """(cloned outputs, replay time); outputs are NaN first, so the replay must write every element."""
         for t in self.outputs:
             t.fill_(float("nan"))
-        _, ms = kernel_timed(self.graph.replay, self.device)
-        return tuple(t.clone() for t in self.outputs), ms
+        _, timer = kernel_timed(self.graph.replay, self.device)
+        return tuple(t.clone() for t in self.outputs), timer
 
 
 def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,
@@ -158,4 +182,5 @@ def capture_and_replay(
     fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None
 ) -> Tuple[Tuple[torch.Tensor, ...], float]:
     """Capture fn in a new CUDA graph and replay it once; (cloned outputs, replay ms)."""
-    return capture(fn, device, stages).replay()
+    outputs, timer = capture(fn, device, stages).replay()
+    return outputs, timer.wait()

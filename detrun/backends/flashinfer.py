@@ -213,14 +213,14 @@ class FlashInferBackend(AttentionBackend):
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
-        (out, lse), run_ms = self._execute(run, mode, key=(batch.case, path), plan=plan)
+        (out, lse), timer = self._execute(run, mode, key=(batch.case, path), plan=plan)
         profiled = self._profiled(repeat)
         if profiled and not graph:  # the profiled run below writes the same buffers again
             out, lse = out.clone(), lse.clone()
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
         kernels = self._kernels(run, graph) if profiled else []
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
-                      plan_ms=plan_ms, run_ms=run_ms)
+                      plan_ms=plan_ms, timer=timer)
 
     def _profiled(self, repeat: int) -> bool:
         limit = self.opts.profile_repeats

@@ -166,7 +166,7 @@ class ReferenceBackend(AttentionBackend):
         }
         # The canary's disorder is drawn on the host: a replayed graph would freeze it, so it recaptures.
         key = None if self.opts.variant == "canary" else (batch.case, path)
-        (out, lse), run_ms = self._execute(run, mode, key=key, plan=plan)
+        (out, lse), timer = self._execute(run, mode, key=key, plan=plan)
         kernel = f"reference.{self.opts.variant}.{path}"
         return Output(out=out, lse=lse, path=path, attn=f"torch-{self.opts.variant}",
-                      plan=plan, kernels=[kernel], run_ms=run_ms)
+                      plan=plan, kernels=[kernel], timer=timer)
