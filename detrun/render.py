@@ -113,5 +113,7 @@ def steady_line(cells: int, cell_s: float, parts: dict) -> str:
     rest = cell_s - sum(parts.values())
     over = f"{100 * (cell_s - kernel) / kernel:.1f}% of kernel time" if kernel > 0 else "no kernel time recorded"
     split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
+    # The host's digest and row work runs while the kernel runs: then the parts add up to more than the cell.
+    tail = f"rest {ms(rest)}" if rest >= 0 else f"of which {ms(-rest)} ran on the host during the kernel"
     return (f"steady state ({cells} cells whose case and mode ran before in their task): {ms(cell_s)} per cell "
-            f"({split}, rest {ms(rest)}); overhead {over}")
+            f"({split}, {tail}); overhead {over}")

@@ -34,6 +34,7 @@ compare() {
 submit paged jobs/paged.yaml
 submit paged-r2 jobs/paged.yaml --set name=paged-r2 --set repeats_per_task=2   # repeat 1 replays repeat 0's graphs
 submit ragged jobs/ragged.yaml
+submit ragged-r2 jobs/ragged.yaml --set name=ragged-r2 --set repeats_per_task=2   # ragged+prefix graphs replayed
 submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true
 submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true
 submit paged-fixed jobs/paged.yaml --set name=paged-fixed --set flashinfer.fixed_split_size=256
@@ -44,6 +45,7 @@ submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfe
 submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256
 compare paged ragged
 compare paged paged-r2
+compare ragged ragged-r2
 compare paged-nosplit ragged-nosplit
 compare paged-fa3 ragged-fa3
 compare paged sglang-default

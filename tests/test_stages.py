@@ -104,3 +104,12 @@ def test_kernel_time_is_read_late_and_counted_once():
     cells = len(small()["cases"])
     assert out["timings"]["stages"]["kernel"]["n"] == cells  # every cell's kernel read, the last one too
     assert all(r["run_ms"] > 0 for r in out["rows"])
+
+
+def test_steady_line_says_when_host_work_overlapped_the_kernel():
+    from detrun.render import steady_line
+
+    line = steady_line(2, 0.030, {"kernel": 0.026, "plan": 0.002, "digest": 0.001})
+    assert "15.000 ms per cell" in line and "rest 0.500 ms" in line and "overhead 15.4%" in line
+    line = steady_line(2, 0.028, {"kernel": 0.026, "plan": 0.002, "digest": 0.002})
+    assert "of which 1.000 ms ran on the host during the kernel" in line and "overhead 7.7%" in line
