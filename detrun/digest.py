@@ -6,8 +6,9 @@ changing any one element always changes both lanes. dtype and shape are part of 
 
 Two implementations give the same bits: torch integer ops (any device) and one fused Triton kernel
 (CUDA, `digest_triton.py`: 10-40x faster, docs/performance.md), used on a GPU where Triton is
-installed; `DETRUN_DIGEST=torch|triton` forces one. Loading the kernel takes ~0.7 s per process, so
-a task starts it in the background (`prewarm`) and waits for it (`ready`) before its first cell.
+installed; `DETRUN_DIGEST=torch|triton` forces one. Loading the kernel takes ~0.5-2 s per process, so
+a task starts it in the background (`prewarm`), digests on the torch path until it is loaded, and waits
+for it (`ready`) only before capturing a CUDA graph.
 A tensor split into row ranges (one per request) is digested in one pass, with one host copy.
 """
 
@@ -88,7 +89,9 @@ def choice(device_type: str) -> str:
     forced = os.environ.get("DETRUN_DIGEST", "")
     if forced in ("torch", "triton"):
         return forced
-    return "triton" if device_type == "cuda" and _triton_ok() and _failed is None else "torch"
+    if device_type != "cuda" or not _triton_ok() or _failed is not None:
+        return "torch"
+    return "torch" if warming() else "triton"  # the kernel is still loading: the torch path, no wait
 
 
 def implementation(t: torch.Tensor) -> str:
@@ -120,8 +123,13 @@ def prewarm(device: torch.device) -> None:
         _warming.start()
 
 
+def warming() -> bool:
+    """Is prewarm still loading the kernel? (Until it is done, digests take the torch path: same bits.)"""
+    return _warming is not None and _warming.is_alive()
+
+
 def ready() -> None:
-    """Wait for prewarm (no other thread may touch the GPU while a graph is captured)."""
+    """Wait for prewarm: before capturing a CUDA graph (no other thread may touch the GPU then)."""
     if _warming is not None:
         _warming.join()
 

@@ -149,8 +149,9 @@ class ShardRunner:
                 with self.stages("inputs"):
                     batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
             batch = batches[cell.case]
-            with self.stages("digest: wait for prewarm"):
-                ready()
+            if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
+                with self.stages("digest: wait for prewarm"):
+                    ready()
             start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
             with self.stages("forward"):
                 output = self.backend.forward(batch, cell.mode, cell.repeat)

@@ -89,3 +89,23 @@ def test_a_kernel_that_does_not_load_falls_back_to_the_torch_path(monkeypatch):
     monkeypatch.setattr(digest, "split_lanes", broken)
     digest._load_kernel(torch.device("cpu"))
     assert "no compiler for this GPU" in digest._failed and digest.choice("cuda") == "torch"
+
+
+def test_digests_take_the_torch_path_while_the_kernel_loads(monkeypatch):
+    import threading
+
+    from detrun import digest
+
+    monkeypatch.delenv("DETRUN_DIGEST", raising=False)
+    monkeypatch.setattr(digest, "_triton_ok", lambda: True)
+    monkeypatch.setattr(digest, "_failed", None)
+    release = threading.Event()
+    loading = threading.Thread(target=release.wait)
+    loading.start()
+    monkeypatch.setattr(digest, "_warming", loading)
+    try:
+        assert digest.warming() and digest.choice("cuda") == "torch"  # no wait: same bits either way
+    finally:
+        release.set()
+    digest.ready()
+    assert not digest.warming() and digest.choice("cuda") == "triton"
