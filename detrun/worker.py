@@ -89,7 +89,8 @@ class ShardRunner:
         plan; their rows are written (_flush) while the next cell's kernel runs."""
         with self.stages("digest"):
             digests = PendingDigests([output.out, output.lse], batch.qo_indptr.tolist())
-        output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
+        with self.stages("forward", count=False):  # the kernel's wait belongs to its forward
+            output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
         self.pending = (cell, batch, output, digests)
 
     def _flush(self) -> None:

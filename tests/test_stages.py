@@ -102,7 +102,9 @@ def test_kernel_time_is_read_late_and_counted_once():
     assert st.as_dict()["kernel"] == {"s": 0.002, "n": 1}
     out = run_shard(small(modes=["eager"], repeats=1), Shard(0, (0,)), "k1")
     cells = len(small()["cases"])
-    assert out["timings"]["stages"]["kernel"]["n"] == cells  # every cell's kernel read, the last one too
+    stages = out["timings"]["stages"]
+    assert stages["kernel"]["n"] == cells  # every cell's kernel read, the last one too
+    assert stages["forward"]["n"] == cells and stages["forward"]["s"] >= stages["kernel"]["s"]  # the wait is forward's
     assert all(r["run_ms"] > 0 for r in out["rows"])
 
 
