@@ -80,35 +80,35 @@ class ShardRunner:
         self.blobs: Dict[str, bytes] = {}
         self.poisoned: Optional[str] = None
         self.ran: set = set()  # (case, mode) of the cells this task has run
-        self.pending: Optional[tuple] = None  # (cell, batch, output, digests) launched, rows not yet written
+        self.pending: Optional[tuple] = None  # (cell, row bounds, output, digests) launched, rows not yet written
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:
         """Queue the cell's digests behind its kernel, then wait for the kernel (the next plan() may
         rewrite host buffers its launch read). The digests run on the device during the next cell's
         plan; their rows are written (_flush) while the next cell's kernel runs."""
+        bounds = batch.qo_indptr.tolist()
         with self.stages("digest"):
-            digests = PendingDigests([output.out, output.lse], batch.qo_indptr.tolist())
+            digests = PendingDigests([output.out, output.lse], bounds)
         with self.stages("forward", count=False):  # the kernel's wait belongs to its forward
             output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
-        self.pending = (cell, batch, output, digests)
+        self.pending = (cell, bounds, output, digests)
 
     def _flush(self) -> None:
         """Write the rows of the launched cell (a device error surfacing here is that cell's error)."""
         if self.pending is None:
             return
-        cell, batch, output, pending = self.pending
+        cell, bounds, output, pending = self.pending
         self.pending = None
         try:
             with self.stages("digest"):
                 names = pending.names()
-            self._rows(cell, "ok", output=output, digests=self._fields(batch, output, names))
+            self._rows(cell, "ok", output=output, digests=self._fields(bounds, output, names))
         except Exception as exc:
             self._failed(cell, exc)
 
-    def _fields(self, batch, output: Output, names: List[List[str]]) -> List[dict]:
-        """Per request, its digest columns (and the first-seen tensor bytes, when stored)."""
-        bounds = batch.qo_indptr.tolist()
+    def _fields(self, bounds: List[int], output: Output, names: List[List[str]]) -> List[dict]:
+        """Per request (rows bounds[i]:bounds[i+1]), its digest columns (and first-seen tensor bytes, when stored)."""
         fields = []
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             f = {}
