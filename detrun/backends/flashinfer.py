@@ -139,14 +139,15 @@ class FlashInferBackend(AttentionBackend):
         else:
             ragged = self._graph_ragged(batch) if graph else self.eager_ragged
             ragged_run = self._ragged_run(ragged, batch)
-            built = [ragged], lambda: self._plan_ragged(ragged, batch), ragged_run
+            plan_ragged = lambda: self._plan_ragged(ragged, batch)  # noqa: E731
+            built = [ragged], plan_ragged, ragged_run
         if path == PATH_RAGGED_PREFIX:
             # The paged wrapper serves the prefix here (SGLang's prefill_wrapper_paged), re-planned per batch.
             prefix = self._graph_paged(batch, batch.prefix) if graph else self.eager_paged
             prefix_run = self._paged_run(prefix, batch)
 
             def plan_both():
-                self._plan_ragged(ragged, batch)
+                plan_ragged()
                 self._plan_paged(prefix, batch, batch.prefix, causal=False)
 
             def run():
