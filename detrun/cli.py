@@ -37,7 +37,13 @@ def _errors(fn):
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
 Baseline = Annotated[bool, typer.Option("--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
-Strict = Annotated[bool, typer.Option("--strict", help="Differences explained by plan or environment fail too.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Every axis claimed bitwise: explained differences fail too.")]
+Expect = Annotated[Optional[List[str]], typer.Option(
+    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, run): bitwise, explained or "
+                                          "ignore; over the spec's `expect` (repeatable)")]
+RequireBaseline = Annotated[bool, typer.Option(
+    "--require-baseline", help="With --baseline: no baseline of this exact fingerprint fails (exit 1)")]
+Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]
 Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here (one testcase per comparison).")]
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
@@ -52,19 +58,31 @@ def _console():
     return Console(highlight=False)
 
 
-def _compare_and_print(store, runs: List[str], baseline: bool = False, strict: bool = False,
-                       junit: Optional[Path] = None) -> int:
+def _compare_and_print(store, runs: List[str], checks, junit: Optional[Path] = None) -> int:
     from .baseline import comparison
     from .render import print_comparison
 
-    cmp = comparison(store, runs, baseline, strict)
-    print_comparison(cmp, _console())
+    cmp = comparison(store, runs, checks)
+    print_comparison(cmp, _console(), checks.details)
     if junit is not None:
         from .junit import write_junit
 
         write_junit(cmp, str(junit), f"detrun {' '.join(runs)}")
         print(f"JUnit XML written to {junit}")
     return cmp.exit_code
+
+
+def _checks(baseline: bool, require_baseline: bool, strict: bool, expect: Optional[List[str]], details: int):
+    from .claims import Checks, parse_expect
+
+    return Checks(baseline, require_baseline, strict, parse_expect(expect or []), details)
+
+
+def _check_flags(checks) -> List[str]:
+    """The options that rebuild `checks` (for the job a Jobs API submission runs)."""
+    out = ["--baseline"] * checks.baseline + ["--require-baseline"] * checks.require_baseline
+    out += ["--strict"] * checks.strict + [a for k, v in checks.expect.items() for a in ("--expect", f"{k}={v}")]
+    return out + ["--details", str(checks.details)]
 
 
 def _parse_gpus(value: str) -> Optional[int]:
@@ -126,7 +144,10 @@ def submit(
     overrides: Annotated[Optional[List[str]], typer.Option(
         "--set", help="Override a spec field: KEY.PATH=VALUE (repeatable)")] = None,
     baseline: Baseline = False,
+    require_baseline: RequireBaseline = False,
     strict: Strict = False,
+    expect: Expect = None,
+    details: Details = 3,
     junit: Junit = None,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
@@ -139,22 +160,22 @@ def submit(
     slots = _parse_gpus(gpus)
     spec = load_spec(spec_path, overrides) if spec_path else None
     run_id = resume or run_id or new_run_id(spec.name)
-    checks = (baseline, strict, junit)
+    checks = _checks(baseline, require_baseline, strict, expect, details)
     if is_jobs_address(address):
         if spec_path and working_dir and spec_path.resolve().is_relative_to(working_dir.resolve()):
             spec_path = spec_path.resolve().relative_to(working_dir.resolve())  # as the job sees it
         passthrough = [a for item in overrides or [] for a in ("--set", item)]
-        passthrough += ["--baseline"] * baseline + ["--strict"] * strict + (["--junit", str(junit)] if junit else [])
+        passthrough += _check_flags(checks) + (["--junit", str(junit)] if junit else [])
         args = _job_args(spec_path, resume, run_id, runs_root, gpus, accelerator_type, task_timeout, passthrough)
         return _submit_job(address, args, run_id, runs_root, working_dir, bool(resume))
     store = RunStore(runs_root)
     _run_here(store, spec, str(spec_path or ""), run_id, resume, address, slots, accelerator_type, task_timeout,
-              checks)
+              checks, junit)
 
 
 def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], address: Optional[str],
               gpus: Optional[int], accelerator_type: Optional[str], task_timeout: Optional[float],
-              checks: tuple) -> None:
+              checks, junit: Optional[Path]) -> None:
     import os
 
     from . import runner
@@ -180,7 +201,7 @@ def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], a
           f"stored under {store.root}/{result.run_id}")
     for failure in result.failures:
         print(f"task failed: {failure}", file=sys.stderr)
-    raise typer.Exit(_compare_and_print(store, [result.run_id], *checks))
+    raise typer.Exit(_compare_and_print(store, [result.run_id], checks, junit))
 
 
 def _console_err():
@@ -195,14 +216,18 @@ def compare(
     runs: Annotated[List[str], typer.Argument(help="Run ids under --runs-root (or run directories)")],
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False,
+    require_baseline: RequireBaseline = False,
     strict: Strict = False,
+    expect: Expect = None,
+    details: Details = 3,
     junit: Junit = None,
 ) -> None:
-    """Check bitwise equality across repeats, GPUs, modes, batches and runs. Exit 0/1/2."""
+    """Check the claims: bitwise equality across repeats, GPUs, modes, batches and runs. Exit 0/1/2."""
     from .store import run_dirs
 
+    checks = _checks(baseline, require_baseline, strict, expect, details)
     store, ids = run_dirs(runs_root, runs)
-    raise typer.Exit(_compare_and_print(store, ids, baseline, strict, junit))
+    raise typer.Exit(_compare_and_print(store, ids, checks, junit))
 
 
 @app.command()
@@ -212,17 +237,20 @@ def report(
     output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write")] = Path("report.html"),
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False,
+    require_baseline: RequireBaseline = False,
     strict: Strict = False,
+    expect: Expect = None,
 ) -> None:
-    """Write one self-contained HTML report (verdict, heatmap, max-ULP plot, environment, mismatches)."""
+    """Write one self-contained HTML report (verdict, claims, findings, heatmap, max-ULP plot, environment)."""
     from .baseline import comparison
     from .report import write_report
     from .store import run_dirs
 
+    checks = _checks(baseline, require_baseline, strict, expect, 3)
     store, ids = run_dirs(runs_root, runs)
-    cmp = comparison(store, ids, baseline, strict)
+    cmp = comparison(store, ids, checks)
     write_report(store, cmp, str(output), f"detrun report: {', '.join(ids)}")
-    print(f"report written to {output} (verdict: {'FAIL' if cmp.failed else 'pass'}, exit code of compare: {cmp.exit_code})")
+    print(f"report written to {output} (verdict: {cmp.verdict.headline})")
 
 
 @app.command()

@@ -44,8 +44,10 @@ def _as_codes(table: pa.Table) -> pa.Table:
     return table
 
 
-def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]]) -> List[Tuple[int, str]]:
-    """(row index, problem) for the ok rows of one file whose kernels contradict their path.
+def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
+           profiled: np.ndarray) -> List[Tuple[int, str]]:
+    """(row index, problem) for the ok rows of one file whose kernels contradict their path; marks in
+    `profiled` (this file's slice) the ok rows that recorded flashinfer kernels (the audited ones).
     Kernel names are dictionary codes: each distinct (path, kernel list) is audited once."""
     kernels = table.column("kernels").combine_chunks()
     flat = kernels.flatten()
@@ -57,6 +59,7 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]]) -> Li
     hit[pc.list_parent_indices(kernels).to_numpy()[np.array(["flashinfer" in k for k in names])[codes]]] = True
     status = table.column("status").combine_chunks()
     hit &= pc.equal(status.cast(pa.string()), "ok").to_numpy(zero_copy_only=False)
+    profiled[:] = hit
     rows = np.flatnonzero(hit)
     if not len(rows):
         return []
@@ -102,6 +105,7 @@ class Columns:
     run_files: Dict[str, Tuple[int, int]]  # run -> its files [lo, hi)
     table: pa.Table
     audit: List[Tuple[int, str]] = field(default_factory=list)
+    profiled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # ok rows with kernels
     _codes: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
@@ -174,28 +178,40 @@ class Columns:
             self.codes(column)
         return Columns(self.store, [run_id], self.files[lo:hi], self.starts[lo:hi + 1] - a,
                        {run_id: (0, hi - lo)}, self.table.slice(a, b - a),
-                       [(i - a, p) for i, p in self.audit if a <= i < b],
+                       [(i - a, p) for i, p in self.audit if a <= i < b], self.profiled[a:b],
                        {c: v[a:b] for c, v in self._codes.items()})
 
 
-def read_columns(store: RunStore, runs: Sequence[str]) -> Columns:
-    files, run_files, tables, audit, cache = [], {}, [], [], {}
-    starts = [0]
+def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[str, str]] = None) -> Columns:
+    """The runs' rows as codes. With `damaged`, a run whose manifest or a Parquet file cannot be read is
+    left out and recorded there (run -> reason) instead of failing the whole read."""
+    files, run_files, tables, audit, cache, profiled = [], {}, [], [], {}, []
+    starts, kept = [0], []
     for run_id in runs:
-        store.manifest(run_id)
-        lo = len(files)
-        for path in store.row_files(run_id):
-            table = _read(store, path, INTS + STRINGS + ("key", "kernels"), STRINGS + ("kernels.list.element",))
-            audit += _audit(table, starts[-1], cache)
-            tables.append(_as_codes(table.drop_columns(["kernels"])))
-            files.append(path)
-            starts.append(starts[-1] + len(table))
-        run_files[run_id] = (lo, len(files))
+        mark = (len(files), len(tables), len(audit), len(profiled), len(starts))
+        try:
+            store.manifest(run_id)
+            for path in store.row_files(run_id):
+                table = _read(store, path, INTS + STRINGS + ("key", "kernels"), STRINGS + ("kernels.list.element",))
+                profiled.append(np.zeros(len(table), dtype=bool))
+                audit += _audit(table, starts[-1], cache, profiled[-1])
+                tables.append(_as_codes(table.drop_columns(["kernels"])))
+                files.append(path)
+                starts.append(starts[-1] + len(table))
+        except DetrunError as exc:
+            if damaged is None:
+                raise
+            damaged[run_id] = str(exc)
+            del files[mark[0]:], tables[mark[1]:], audit[mark[2]:], profiled[mark[3]:], starts[mark[4]:]
+            continue
+        run_files[run_id] = (mark[0], len(files))
+        kept.append(run_id)
     if tables:
         table = pa.concat_tables(tables).unify_dictionaries()
     else:
         table = _as_codes(SCHEMA.empty_table().select(INTS + STRINGS + ("key",)))
-    return Columns(store, list(runs), files, np.asarray(starts, dtype=np.int64), run_files, table, audit)
+    return Columns(store, kept, files, np.asarray(starts, dtype=np.int64), run_files, table, audit,
+                   np.concatenate(profiled) if profiled else np.zeros(0, dtype=bool))
 
 
 def densify(code: np.ndarray) -> np.ndarray:

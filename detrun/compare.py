@@ -3,11 +3,13 @@
 For each request and each axis (repeat, gpu, mode, batch, run) rows that agree on every other axis
 are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
 output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
-"explained" (a failure only when strict), and an equality between them is noted. Reads Arrow only.
+"explained", and an equality between them is noted. Whether a difference fails is decided by the
+claims (claims.py) in findings.judge. Reads Arrow only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -19,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
-from .errors import EXIT_MISMATCH, EXIT_OK
 from .fingerprint import FINGERPRINT_FIELDS, field_differences
 from .matrix import expected_key_array, key_layout, key_parts, row_key
 from .spec import spec_from_dict
@@ -58,6 +60,7 @@ class AxisVerdict:
     rows: int = 0
     differing_groups: int = 0  # groups with an unexplained difference
     explained_groups: int = 0  # groups whose only differences are explained by plan or environment
+    causes: Dict[str, str] = field(default_factory=dict)  # explaining field -> first example ("512 vs 8192")
 
 
 @dataclass
@@ -73,21 +76,35 @@ class Comparison:
     incomplete_runs: List[str] = field(default_factory=list)
     audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
     notes: List[str] = field(default_factory=list)  # equal although plans differ
-    strict: bool = False  # explained differences fail too
+    claims: Claims = field(default_factory=lambda: claims_of([]))
+    backends: List[str] = field(default_factory=list)  # "backend attn" of the rows that ran
+    audit_groups: int = 0  # (run, case, mode, path, plan) of flashinfer rows
+    unaudited: List[Tuple[str, str]] = field(default_factory=list)  # (group, why) with no kernels recorded
     baseline: Optional[str] = None  # the baseline run compared against, if any
     baseline_context: List[str] = field(default_factory=list)  # what was compared to what, and why not
+    provisional: List[str] = field(default_factory=list)  # nearest-fingerprint baselines, said as such
+    no_baseline: str = ""  # set when a baseline was asked for and the spec has none
+    require_baseline: bool = False  # a provisional or missing baseline fails
+    backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
+
+    @property
+    def strict(self) -> bool:
+        return all(level == "bitwise" for level in self.claims.levels.values())
+
+    @property
+    def verdict(self):
+        """The judged verdict (findings.judge): claims, findings, exit code, headline."""
+        from .findings import judge
+
+        return judge(self)
 
     @property
     def failed(self) -> bool:
-        bad = ("differs", "explained") if self.strict else ("differs",)
-        return bool(
-            any(v.status in bad for v in self.verdicts)
-            or self.missing or self.duplicates or self.errors or self.audit
-        )
+        return self.verdict.failed
 
     @property
     def exit_code(self) -> int:
-        return EXIT_MISMATCH if self.failed else EXIT_OK
+        return self.verdict.exit_code
 
 
 def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
@@ -105,14 +122,19 @@ def explain(a: dict, b: dict) -> List[str]:
     return why or ["unexplained: same plan, path and environment"]
 
 
+def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
+    """(plan | environment, field, "a vs b") of the first differing plan field, else environment field."""
+    for kind, diffs in (("plan", plan_differences(a, b)), ("environment", field_differences(a, b))):
+        if diffs:
+            name, x, y = diffs[0]
+            return kind, name, f"{x} vs {y}"
+    return None
+
+
 def label(a: dict, b: dict) -> str:
     """Why two rows may differ: the first differing plan field, else environment field, else unexplained."""
-    plan, env = plan_differences(a, b), field_differences(a, b)
-    if plan:
-        return f"explained by plan: {plan[0][0]}"
-    if env:
-        return f"explained by environment: {env[0][0]}"
-    return "unexplained"
+    found = cause(a, b)
+    return f"explained by {found[0]}: {found[1]}" if found else "unexplained"
 
 
 def _signature(r: dict) -> tuple:
@@ -214,8 +236,9 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
 class _GroupJudge:
     """Judges the groups of one request along one axis; records up to max_details mismatches."""
 
-    def __init__(self, result: Comparison, blobs: _Blobs, axis: str, request: str, max_details: int):
-        self.result, self.blobs, self.axis, self.request = result, blobs, axis, request
+    def __init__(self, result: Comparison, verdict: AxisVerdict, blobs: _Blobs, max_details: int):
+        self.result, self.verdict, self.blobs = result, verdict, blobs
+        self.axis, self.request = verdict.axis, verdict.request
         self.left = max_details
 
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
@@ -243,6 +266,8 @@ class _GroupJudge:
         for r in reps[1:]:  # plans differ: a difference is explained, an equality noted
             if _ident(r) != _ident(reps[0]):
                 explained = True
+                _, name, values = cause(reps[0], r)
+                self.verdict.causes.setdefault(name, values)
                 self._record(reps[0], r, explain(reps[0], r), label(reps[0], r))
             else:
                 self.result.notes.append(
@@ -260,12 +285,14 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
         cur = rows[name].get(v.axis)
         if cur is None:
             rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows,
-                                             v.differing_groups, v.explained_groups)
+                                             v.differing_groups, v.explained_groups, dict(v.causes))
             continue
         cur.groups += v.groups
         cur.rows += v.rows
         cur.differing_groups += v.differing_groups
         cur.explained_groups += v.explained_groups
+        for why, example in v.causes.items():
+            cur.causes.setdefault(why, example)
         if RANK[v.status] > RANK[cur.status]:
             cur.status = v.status
     return rows
@@ -348,17 +375,52 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
         lower *= radix[col]
 
 
-def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False) -> Comparison:
-    return compare_columns(read_columns(store, runs), max_details, strict)
+def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False,
+                 expect: Optional[Dict[str, str]] = None) -> Comparison:
+    return compare_columns(read_columns(store, runs), max_details, strict, expect)
 
 
-def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -> Comparison:
+def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
+    """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
+    rows: every (run, case, mode, path, plan) needs one row whose kernels were recorded and audited."""
+    if not len(ok):
+        return
+    backend, attn = cols.codes("backend")[ok], cols.codes("attn")[ok]
+    names, attns = cols.dictionary("backend"), cols.dictionary("attn")
+    pairs = np.unique(np.stack([backend, attn]), axis=1).T.tolist()
+    result.backends = sorted({f"{names[b]} {attns[a]}".strip() for b, a in pairs})
+    if "flashinfer" not in names:
+        return
+    rows = ok[backend == names.index("flashinfer")]
+    if not len(rows):
+        return
+    key = ("run_id", "case", "mode", "path", "plan")
+    group = densify(combine([cols.codes(c)[rows] for c in key])[0])
+    size = int(group.max()) + 1
+    audited = np.bincount(group, weights=cols.profiled[rows], minlength=size) > 0
+    result.audit_groups = size
+    first = np.zeros(size, dtype=np.int64)
+    first[group[::-1]] = rows[::-1]
+    lacking = first[~audited]
+    for i, r in sorted(cols.rows_in_memory(lacking).items()):
+        fi = cols.store.manifest(r["run_id"])["spec"].get("flashinfer", {})
+        why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
+               f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
+        plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
+        result.unaudited.append((f"{r['run_id']}:{r['case']}/{r['mode']} path {r['path']} plan {plan}", why))
+
+
+def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
+                    expect: Optional[Dict[str, str]] = None) -> Comparison:
     """compare_runs over rows already read: grouping on integer codes, Python only for the groups
-    whose plans or digests are not all one (their mismatches, notes and counts)."""
-    result = Comparison(list(cols.runs), strict=strict)
+    whose plans or digests are not all one (their mismatches, notes and counts). The claims are the
+    runs' specs' (expect, deterministic), then expect, then strict (every axis bitwise)."""
+    specs = [cols.store.manifest(run)["spec"] for run in cols.runs]
+    result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
     result.rows = cols.n
     _check_cells(cols, result)
     ok = _statuses(cols, result)
+    _ran(cols, ok, result)
     take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
     part = {c: take(cols.codes(c)) for c in AXES.values()}
     req = take(cols.codes("request"))
@@ -381,7 +443,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False) -
             groups, nrows, _ = per_axis[axis]
             judged = judged_sets[axis]
             verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
-            judge = _GroupJudge(result, blobs, axis, request, max_details)
+            judge = _GroupJudge(result, verdict, blobs, max_details)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged:

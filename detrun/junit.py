@@ -1,23 +1,14 @@
-"""JUnit XML of a Comparison: one testcase per (request, axis) comparison, per missing cell, per error."""
+"""JUnit XML of a judged Comparison (findings.py): claims, (request, axis) comparisons, every other finding."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Tuple
 
-from .compare import Comparison, Mismatch
+from .compare import AXES, Comparison, collapse
+from .findings import FAIL, INFO, WARN
 
 _COUNTS = ("tests", "failures", "errors", "skipped")
-
-
-def mismatch_text(m: Mismatch) -> str:
-    """One mismatch as lines of text: what met what, the diff numbers, why."""
-    lines = [f"{m.label} across {m.axis}: {m.a} vs {m.b}"]
-    lines += [f"  {name}: {stats}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
-    lines.append(f"  why: {'; '.join(m.why)}")
-    return "\n".join(lines)
 
 
 class _Suite:
@@ -34,37 +25,50 @@ class _Suite:
             child = ET.SubElement(tc, kind, message=message)
             if kind != "skipped":
                 child.set("type", kind)
-                child.text = text or message
+            child.text = text or message
             self.counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
 
 
+_KIND = {FAIL: "failure", WARN: "skipped", INFO: "system-out"}
+
+
 def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
+    """One testcase per claim (axis), per (request, axis) comparison, and per other finding."""
+    verdict = cmp.verdict
     suite = _Suite(name)
-    if cmp.baseline_context:
-        props = ET.SubElement(suite.el, "properties")
-        for i, line in enumerate(cmp.baseline_context):
-            ET.SubElement(props, "property", name=f"baseline.{i}", value=line)
-    details: Dict[Tuple[str, str], List[str]] = defaultdict(list)
-    for m in cmp.mismatches:
-        details[(m.request, m.axis)].append(mismatch_text(m))
-    for v in cmp.verdicts:
-        text = "\n".join(details[(v.request, v.axis)])
-        cls = f"detrun.{v.axis}"
-        if v.status == "n/a":
-            suite.case(cls, v.request, "skipped", f"nothing varies along {v.axis}")
-        elif v.status == "differs":
-            suite.case(cls, v.request, "failure", f"{v.differing_groups}/{v.groups} groups differ, unexplained", text)
-        elif v.status == "explained":
-            msg = f"{v.explained_groups}/{v.groups} groups differ, explained by plan or environment"
-            suite.case(cls, v.request, "failure" if cmp.strict else "system-out", msg, text)
+    props = ET.SubElement(suite.el, "properties")
+    ET.SubElement(props, "property", name="verdict", value=verdict.headline)
+    ET.SubElement(props, "property", name="claims", value=cmp.claims.describe())
+    for i, line in enumerate(cmp.baseline_context):
+        ET.SubElement(props, "property", name=f"baseline.{i}", value=line)
+    for i, f in enumerate(verdict.of("provisional_baseline")):
+        ET.SubElement(props, "property", name=f"provisional.{i}", value=f.title)
+    claim_findings = {f.axis: f for f in verdict.of("broken_claim") + verdict.of("unverified_claim")}
+    for c in verdict.claims:
+        f = claim_findings.get(c.axis)
+        if f is not None:
+            suite.case("detrun.claim", f"{c.axis} {c.level}", _KIND[f.severity], f.title)
+        elif c.status in ("not compared", "ignored"):
+            suite.case("detrun.claim", f"{c.axis} {c.level}", "skipped", f"{c.axis}: {c.status}")
         else:
-            suite.case(cls, v.request, "system-out", f"{v.rows} rows in {v.groups} groups bitwise equal")
-    for key in cmp.missing:
-        suite.case("detrun.missing", key, "failure", "missing cell: no row was stored")
-    for key in cmp.duplicates:
-        suite.case("detrun.duplicate", key, "failure", "duplicate rows for one cell")
-    for key, reason in cmp.errors:
-        suite.case("detrun.error", key, "error", reason or "error")
+            suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", f"{c.axis} {c.level}: held")
+    per_request = {(f.request, f.axis): f for f in verdict.findings if f.kind in ("differs", "explained")}
+    for request, cells in collapse(cmp.verdicts).items():
+        for axis in AXES:
+            v, f = cells[axis], per_request.get((request, axis))
+            cls = f"detrun.{axis}"
+            if f is not None:
+                suite.case(cls, request, _KIND[f.severity], f.title, f.detail)
+            elif v.status == "n/a":
+                suite.case(cls, request, "skipped", f"nothing varies along {axis}")
+            else:
+                suite.case(cls, request, "system-out", f"{v.rows} rows in {v.groups} groups bitwise equal")
+    done = {"broken_claim", "unverified_claim", "differs", "explained"}
+    for f in verdict.findings:
+        if f.kind not in done:
+            kind = "error" if f.kind == "error" else _KIND[f.severity]
+            text = "\n".join([f.title, *f.items[:50], f.detail]).strip()
+            suite.case(f"detrun.{f.kind}", f.title, kind, f.title, text)
     root = ET.Element("testsuites", name=name)
     for k, v in suite.counts.items():
         suite.el.set(k, str(v))

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Dict, List
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .compare import AXES, Comparison, collapse
+from .findings import FAIL, INFO, KINDS, WARN, Finding, Verdict
 from .history import History
 
 _STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
+_SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
+_VERDICT = {"REPRODUCIBLE": "bold green", "DETERMINISM FAILURE": "bold red", "NOT VERIFIED": "bold red"}
+_CLAIM = {"held": "green", "broken": "bold red", "not compared": "dim", "ignored": "dim"}
 _LIST_MAX = 10
-_MISMATCH_MAX = 12
+_GROUPED = ("differs", "explained")
 
 
 def _cell(v) -> str:
@@ -28,65 +34,80 @@ def _listing(console: Console, title: str, items, style: str) -> None:
         return
     console.print(f"[{style}]{title}: {len(items)}[/]")
     for item in items[:_LIST_MAX]:
-        console.print(f"  {item}")
+        console.print(f"  {item}", soft_wrap=True)
     if len(items) > _LIST_MAX:
         console.print(f"  ... and {len(items) - _LIST_MAX} more")
 
 
-def _spread(mismatches):
-    """Unexplained first, then one per (request base name, axis) before any repeats of a pair."""
-    seen, first, rest = set(), [], []
-    for m in sorted(mismatches, key=lambda m: m.explained):
-        key = (m.request.partition("#")[0], m.axis)
-        (rest if key in seen else first).append(m)
-        seen.add(key)
-    return first + rest
+def verdict_line(verdict: Verdict) -> str:
+    style = _VERDICT[verdict.label]
+    label, _, rest = verdict.headline.partition(" (exit ")
+    return f"verdict: [{style}]{escape(label)}[/] (exit {escape(rest)}"
 
 
-def print_comparison(cmp: Comparison, console: Console) -> None:
+def _differences(console: Console, findings: List[Finding], details: int) -> None:
+    """Per-request differences grouped by (axis, kind, cause): counts first, then up to `details` examples."""
+    groups: Dict[tuple, List[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.kind in _GROUPED:
+            groups[(f.axis, f.kind, f.cause, f.severity)].append(f)
+    for (axis, kind, cause, sev), members in sorted(groups.items(), key=lambda g: (g[0][3] != FAIL, g[0][:3])):
+        what = "unexplained" if kind == "differs" else f"explained by {cause}"
+        names = ", ".join(f.request for f in members)
+        console.print(f"[{_SEVERITY[sev]}]{axis}: {what}[/] ({sev}): {len(members)} request(s): {escape(names)}",
+                      soft_wrap=True)
+        shown = [f for f in members if f.examples][:details]
+        for f in shown:
+            console.print(escape(f.examples[0]), soft_wrap=True)
+        if details and len(members) > len(shown):
+            console.print(f"  ({len(members) - len(shown)} more; --details N shows more)")
+
+
+def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> None:
+    """Summary first: the verdict, the claims, differences by (axis, cause), every other finding; then
+    the request x axis table, and the verdict again as the last line."""
+    verdict = cmp.verdict
+    console.print(verdict_line(verdict), soft_wrap=True)
+    console.print("claims: " + ", ".join(f"{c.axis} {c.level} [{_CLAIM[c.status]}]{c.status}[/]"
+                                         for c in verdict.claims))
+    for f in verdict.of("broken_claim") + verdict.of("nothing_compared") + verdict.of("unverified_claim"):
+        console.print(f"[{_SEVERITY[f.severity]}]{f.label}[/]: {escape(f.title)}", soft_wrap=True)
+    for line in cmp.baseline_context:
+        console.print(f"[cyan]baseline[/]: {escape(line)}", soft_wrap=True)
+    _differences(console, verdict.findings, details)
+    shown = set(_GROUPED) | {"broken_claim", "nothing_compared", "unverified_claim"}
+    by_kind: Dict[str, List[Finding]] = defaultdict(list)
+    for f in verdict.findings:
+        if f.kind not in shown:
+            by_kind[f.kind].append(f)
+    for kind, members in by_kind.items():
+        worst = min((f.severity for f in members), key=[FAIL, WARN, INFO].index)
+        tag = {FAIL: "a failure", WARN: "not a pass", INFO: "noted"}[worst]
+        _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst])
     table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
     table.add_column("request")
     for axis in AXES:
-        table.add_column(axis)
+        table.add_column(f"{axis} ({cmp.claims.level(axis)})")
     for request, cells in collapse(cmp.verdicts).items():
-        table.add_row(request, *(_cell(cells[a]) for a in AXES))
+        table.add_row(escape(request), *(_cell(cells[a]) for a in AXES))
     console.print(table)
-    for line in cmp.baseline_context:
-        console.print(f"[cyan]baseline[/]: {line}")
-    for m in _spread(cmp.mismatches)[:_MISMATCH_MAX]:
-        tag = f"[yellow]{m.label}[/]" if m.explained else "[red]differs (unexplained)[/]"
-        console.print(f"{tag} across {m.axis}: {m.request}  {m.a}  vs  {m.b}")
-        for name, stats in (("out", m.out), ("lse", m.lse)):
-            if stats is not None:
-                console.print(f"    {name}: {stats}")
-        console.print(f"    why: {'; '.join(m.why)}")
-    if len(cmp.mismatches) > _MISMATCH_MAX:
-        console.print(f"... and {len(cmp.mismatches) - _MISMATCH_MAX} more mismatches")
-    _listing(console, "noted: equal although plans differ", cmp.notes, "cyan")
-    _listing(console, "missing cells (a failure)", cmp.missing, "bold red")
-    _listing(console, "duplicate rows (a failure)", cmp.duplicates, "bold red")
-    _listing(console, "kernel audit failures (a failure)", cmp.audit, "bold red")
-    _listing(console, "cells that errored (a failure)", [f"{k}: {r}" for k, r in cmp.errors], "bold red")
-    not_run = defaultdict(list)
-    for ident, status, reason in cmp.not_run:
-        not_run[(status, reason)].append(ident)
-    for (status, reason), idents in not_run.items():
-        console.print(f"[yellow]{status}[/] ({len(idents)} rows, not a pass): {reason}")
-    _listing(console, "runs not complete", cmp.incomplete_runs, "yellow")
-    verdict = "[bold red]DETERMINISM FAILURE[/]" if cmp.failed else "[bold green]REPRODUCIBLE[/]"
-    if cmp.strict:
-        verdict += " (strict: explained differences fail too)"
-    console.print(f"verdict: {verdict} (exit {cmp.exit_code})")
+    console.print(verdict_line(verdict), soft_wrap=True)
 
 
 def print_history(hist: History, console: Console) -> None:
     console.print(f"history: {len(hist.runs)} runs, oldest first")
     for r in hist.runs:
-        style = {"pass": "green", "FAIL": "bold red"}.get(r.verdict, "yellow")
-        console.print(f"{r.index:>3}  {r.run_id}  {r.created[:19]}  {r.spec}  {','.join(r.fingerprints) or '-'}  "
-                      f"[{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok} differs={r.differs} "
-                      f"explained={r.explained} missing={r.missing} errors={r.errors}", soft_wrap=True)
-    _listing(console, "cases whose bits changed", [str(d) for d in hist.drifts], "bold red")
+        style = {"pass": "green", "FAIL": "bold red", "damaged": "bold red"}.get(r.verdict, "yellow")
+        if r.verdict == "damaged":
+            console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.spec)}  "
+                          f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
+            continue
+        counts = " ".join(f"{KINDS[k].replace(' ', '_')}={n}" for k, n in r.counts.items())
+        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
+                      f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
+                      + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
+    _listing(console, "cases whose bits changed (against earlier runs of the same job)",
+             [escape(str(d)) for d in hist.drifts], "bold red")
 
 
 def print_timings(rows, wall: float, steady, console: Console) -> None:

@@ -9,15 +9,16 @@ from typing import Dict, List, Sequence
 
 from .baseline import run_fingerprints
 from .compare import AXES, Comparison, collapse
+from .findings import FAIL, INFO, WARN
 from .fingerprint import FINGERPRINT_FIELDS
-from .junit import mismatch_text
 from .store import RunStore
 
 COLOURS = {"equal": "#2ca02c", "explained": "#f0b400", "differs": "#d62728", "n/a": "#d9d9d9"}
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}pre{margin:0;white-space:pre-wrap}
 .verdict{font-size:22px;font-weight:bold;padding:8px 12px;color:#fff;display:inline-block}
-.fail{background:#d62728}.pass{background:#2ca02c}svg text{font:12px sans-serif}"""
+.fail{background:#d62728}.pass{background:#2ca02c}svg text{font:12px sans-serif}
+.sev-fail{color:#d62728;font-weight:bold}.sev-warn{color:#b07d00;font-weight:bold}.sev-info{color:#1f77b4}"""
 _CELL_W, _CELL_H, _LABEL_W, _HEAD_H = 90, 22, 170, 24
 
 
@@ -74,39 +75,39 @@ def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
     return f"<table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{cells}</table>"
 
 
-def _listing(title: str, items: Sequence[str]) -> str:
-    if not items:
-        return ""
-    return f"<h3>{escape(title)} ({len(items)})</h3>" + _table(["item"], [[escape(i)] for i in items])
+def _findings_table(findings) -> str:
+    """Every finding the verdict counts: severity, kind, what, cells involved, the numbers."""
+    order = {FAIL: 0, WARN: 1, INFO: 2}
+    rows = [[f'<span class="sev-{f.severity}">{f.severity}</span>', escape(f.label), escape(f.title),
+             escape(", ".join(f.items[:20]) + (f" (+{len(f.items) - 20} more)" if len(f.items) > 20 else "")),
+             f"<pre>{escape(f.detail)}</pre>" if f.detail else ""]
+            for f in sorted(findings, key=lambda f: order[f.severity])]
+    return _table(["severity", "kind", "finding", "cells", "details"], rows) if rows else "<p>none</p>"
 
 
 def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report") -> str:
+    verdict = cmp.verdict
     env = run_fingerprints(store, cmp.runs)
     counts = {s: sum(v.status == s for v in cmp.verdicts) for s in COLOURS}
-    verdict = ("DETERMINISM FAILURE", "fail") if cmp.failed else ("REPRODUCIBLE", "pass")
     summary = (f"runs: {', '.join(cmp.runs)}; {cmp.rows} rows; comparisons: "
-               + ", ".join(f"{n} {s}" for s, n in counts.items())
-               + f"; missing {len(cmp.missing)}, duplicates {len(cmp.duplicates)}, errors {len(cmp.errors)}"
-               + (" (strict: explained differences fail)" if cmp.strict else ""))
+               + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; claims: {cmp.claims.describe()}")
+    claims = _table(["axis", "claim", "status", "groups", "differ (unexplained)", "explained", "causes"],
+                    [[c.axis, c.level, escape(c.status), str(c.groups), escape(", ".join(c.differing)),
+                      escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
     legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {s}' for s, c in COLOURS.items())
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{escape(title)}</h1><div class='verdict {verdict[1]}' id='verdict'>{verdict[0]} "
-        f"(exit {cmp.exit_code})</div><p>{escape(summary)}</p>",
+        f"<h1>{escape(title)}</h1><div class='verdict {'fail' if verdict.failed else 'pass'}' id='verdict'>"
+        f"{escape(verdict.label)} (exit {verdict.exit_code})</div><p id='headline'>{escape(verdict.headline)}</p>"
+        f"<p>{escape(summary)}</p>",
         "".join(f"<p>baseline: {escape(line)}</p>" for line in cmp.baseline_context),
+        f"<h2>Claims</h2>{claims}",
         f"<h2>Verdicts (request x comparison axis)</h2><p>{legend}</p>{heatmap_svg(cmp)}",
+        f"<h2>Findings</h2><div id='findings'>{_findings_table(verdict.findings)}</div>",
         f"<h2>Max ULP per request</h2>{ulp_plot_svg(cmp)}",
         "<h2>Environment</h2>" + _table(["fingerprint", *FINGERPRINT_FIELDS],
                                         [[escape(fp), *(escape(str(f[k])) for k in FINGERPRINT_FIELDS)]
                                          for fp, f in sorted(env.items())]),
-        "<h2>Mismatches</h2>" + _table(["axis", "request", "label", "details"],
-                                       [[m.axis, escape(m.request), escape(m.label), f"<pre>{escape(mismatch_text(m))}</pre>"]
-                                        for m in cmp.mismatches]),
-        _listing("missing cells (a failure)", cmp.missing),
-        _listing("duplicate rows (a failure)", cmp.duplicates),
-        _listing("cells that errored (a failure)", [f"{k}: {r}" for k, r in cmp.errors]),
-        _listing("not run (not a pass)", [f"{k}: {s}: {r}" for k, s, r in cmp.not_run]),
-        _listing("noted: equal although plans differ", cmp.notes),
         "</body></html>",
     ]
     return "\n".join(p for p in parts if p)

@@ -13,6 +13,8 @@ from .envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
 from .errors import DetrunError
 
 Mode = Literal["eager", "cudagraph"]
+Axis = Literal["repeat", "gpu", "mode", "batch", "run"]  # claims.AXIS_NAMES
+Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
 
 
@@ -63,7 +65,8 @@ class JobSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     backend: Literal["auto", "flashinfer", "reference"] = "auto"
     env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
-    deterministic: bool = False
+    deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
+    expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (claims.py)
     modes: List[Mode] = Field(default_factory=lambda: ["eager", "cudagraph"], min_length=1)
     dtype: DType = "bf16"
     heads: Heads

@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from detrun.baseline import compare_with_baseline, list_baselines, set_baseline
+from detrun.claims import Checks
 from detrun.compare import compare_runs
 from detrun.errors import DetrunError
 from detrun.fingerprint import fingerprint_of
@@ -78,7 +79,7 @@ def test_fingerprint_mismatch_names_fields(store):
     run_axis = [m for m in cmp.mismatches if m.axis == "run"]
     assert run_axis and all(m.label == "explained by environment: torch" for m in run_axis)
     assert not any(v.axis == "run" and v.status == "differs" for v in cmp.verdicts)
-    assert compare_with_baseline(store, "upgraded", strict=True).failed
+    assert compare_with_baseline(store, "upgraded", Checks(strict=True)).failed
 
 
 def test_baseline_spec_must_match(store):
@@ -135,5 +136,5 @@ def test_history_names_first_differing_run(store):
     assert [r.verdict for r in hist.runs] == ["pass", "pass", "FAIL", "pass", "pass"]
     assert hist.runs[2].differs == 1 and hist.runs[0].rows == hist.runs[0].ok == 11
     assert [str(d) for d in hist.drifts] == [
-        f"alone/target/eager [{hist.runs[0].fingerprints[0]}]: first differs at run 3 (night-3), "
-        "against run 1 (night-1)"]
+        f"{hist.runs[0].job} alone/target/eager [{hist.runs[0].fingerprints[0]}]: first differs at run 3 "
+        "(night-3), against run 1 (night-1)"]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.compare import compare_runs
+from detrun.compare import collapse, compare_runs
 from detrun.junit import junit_xml
 from detrun.report import COLOURS, build_report
 from detrun.store import RunStore
@@ -42,17 +42,23 @@ def test_junit_counts_match(store):
     gone = drop_row(store, "run", lambda r: r["key"] == "mixed/long/eager/r1/g0")
     cmp = compare_runs(store, ["run"])
     root, suite, cases = _cases(junit_xml(cmp, "nightly"))
-    assert len(cases) == len(cmp.verdicts) + 1 == int(suite.get("tests")) == int(root.get("tests"))
+    pairs = collapse(cmp.verdicts)
+    others = [f for f in cmp.verdict.findings if f.kind not in ("differs", "explained", "broken_claim")]
+    assert len(cases) == 5 + 5 * len(pairs) + len(others) == int(suite.get("tests")) == int(root.get("tests"))
     failures = [c for c in cases if c.find("failure") is not None]
-    assert len(failures) == int(suite.get("failures")) == int(root.get("failures")) == 2
+    assert len(failures) == int(suite.get("failures")) == int(root.get("failures")) == 3
     assert {(c.get("classname"), c.get("name")) for c in failures} == {
-        ("detrun.repeat", "target"), ("detrun.missing", f"run:{gone['key']}")}
+        ("detrun.claim", "repeat explained"), ("detrun.repeat", "target"),
+        ("detrun.missing", f"missing cell run:{gone['key']}: no row was stored")}
     repeat = next(c for c in failures if c.get("classname") == "detrun.repeat").find("failure").text
     assert "max ULP 1" in repeat and "unexplained" in repeat
-    skipped = sum(c.find("skipped") is not None for c in cases)
-    assert skipped == int(suite.get("skipped")) == sum(v.status == "n/a" for v in cmp.verdicts)
+    skipped = [c for c in cases if c.find("skipped") is not None]
+    n_a = sum(cells[a].status == "n/a" for cells in pairs.values() for a in cells)
+    # n/a comparisons, the claims nothing was compared along (gpu, mode, run), the cells skipped on CPU
+    assert len(skipped) == int(suite.get("skipped")) == n_a + 3 + 1
+    assert "cudagraph mode needs a CUDA device" in skipped[-1].find("skipped").text
     strict = _cases(junit_xml(compare_runs(store, ["run"], strict=True)))[1]
-    assert int(strict.get("failures")) > 2  # explained differences fail when strict
+    assert int(strict.get("failures")) > 3  # explained differences fail when strict
 
 
 def test_junit_error_rows_are_errors(store):
@@ -164,7 +170,8 @@ def test_cli_nightly_commands(tmp_path):
     assert good.exit_code == 0 and "bitwise against baseline n1" in good.output
     assert int(ET.parse(junit).getroot().get("failures")) == 0
     bad = cli.invoke(app, ["compare", "n3", "--baseline", "--junit", str(junit), *rr])
-    assert bad.exit_code == 1 and int(ET.parse(junit).getroot().get("failures")) == 2  # run and batch axes
+    # the run and batch claims, and target's run and batch comparisons
+    assert bad.exit_code == 1 and int(ET.parse(junit).getroot().get("failures")) == 4
     assert cli.invoke(app, ["compare", "n2", "n3", "--baseline", *rr]).exit_code == 2
     hist = cli.invoke(app, ["history", *rr])
     assert hist.exit_code == 0 and "first differs at run 3 (n3)" in hist.output
