@@ -1,4 +1,11 @@
-"""Diff statistics between two stored tensors (numpy only): count, max abs, max ULP, first index."""
+"""Diff statistics between two stored tensors (numpy only): count, max abs, max ULP, first index.
+
+ULP distance is counted on one side of zero only: |ordered(a) - ordered(b)|, where ordered() is a bit
+pattern's magnitude bits with the float's sign, both zeros at 0 (+0 vs -0 differ in bits, 0 ULP apart).
+Two nonzero values of opposite signs "straddle zero": counted apart (with their max abs difference)
+and left out of max ULP, which across zero would count every float in between. A NaN counts with abs
+difference inf; its ULP distance is its bit pattern's (beyond inf, or a straddle when signs differ).
+"""
 
 from __future__ import annotations
 
@@ -15,13 +22,17 @@ class DiffStats:
     count: int
     total: int
     max_abs: float
-    max_ulp: int
+    max_ulp: int  # over the differing elements on one side of zero
     first_index: Optional[Tuple[int, ...]]
+    straddle: int = 0  # differing elements of opposite signs, neither zero (not in max_ulp)
+    straddle_max_abs: float = 0.0
 
     def __str__(self) -> str:
+        all_straddle = self.count > 0 and self.straddle == self.count
+        ulp = "- (all straddle zero)" if all_straddle else str(self.max_ulp)
         where = "" if self.first_index is None else f", first at {list(self.first_index)}"
-        return (f"{self.count}/{self.total} differ, max abs {self.max_abs:.3g}, "
-                f"max ULP {self.max_ulp}{where}")
+        across = f"; {self.straddle} straddle zero (max abs {self.straddle_max_abs:.3g})" if self.straddle else ""
+        return f"{self.count}/{self.total} differ, max abs {self.max_abs:.3g}, max ULP {ulp}{where}{across}"
 
 
 def decode(raw: bytes, dtype: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -38,7 +49,7 @@ def decode(raw: bytes, dtype: str) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _ordered(bits: np.ndarray) -> np.ndarray:
-    """Map float bit patterns to integers that are ordered like the floats (ULP distance = difference)."""
+    """Map float bit patterns to integers ordered like the floats, both zeros at 0 (the sign is the float's)."""
     width = bits.dtype.itemsize * 8
     sign = np.uint64(1) << np.uint64(width - 1)
     b = bits.astype(np.uint64)
@@ -58,7 +69,11 @@ def diff_stats(a: bytes, b: bytes, dtype: str, shape: Sequence[int]) -> DiffStat
     with np.errstate(invalid="ignore"):
         absd = np.abs(val_a[differ] - val_b[differ])
     absd = np.where(np.isnan(absd), np.inf, absd)
-    ulp = np.abs(_ordered(bits_a[differ]) - _ordered(bits_b[differ]))
+    oa, ob = _ordered(bits_a[differ]), _ordered(bits_b[differ])
+    across = np.sign(oa) * np.sign(ob) < 0
+    same = ~across
+    ulp = int(np.abs(oa[same] - ob[same]).max()) if same.any() else 0
     first = int(np.flatnonzero(differ)[0])
     index = tuple(int(i) for i in np.unravel_index(first, tuple(shape))) if shape else (first,)
-    return DiffStats(count, bits_a.size, float(absd.max()), int(ulp.max()), index)
+    return DiffStats(count, bits_a.size, float(absd.max()), ulp, index,
+                     int(across.sum()), float(absd[across].max()) if across.any() else 0.0)

@@ -6,17 +6,18 @@ Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
 from __future__ import annotations
 
 import faulthandler
-import importlib.util
+import functools
 import json
 import os
 import time
 import traceback
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
-from .backends.base import AttentionBackend, KnownBug, Output, Unsupported
+from .backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
 from .digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
+from .envflags import env_bool
 from .envinfo import environment, seen_flags
 from .inputs import Draws, build_batch
 from .matrix import Cell, Shard, cells_for, row_key
@@ -28,15 +29,38 @@ def pick_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def resolve_backend(spec: JobSpec, device: torch.device) -> tuple[str, str]:
-    """(backend name, note): auto is flashinfer where CUDA and flashinfer are both there."""
-    if spec.backend != "auto":
-        return spec.backend, ""
-    if device.type != "cuda":
-        return "reference", "backend auto -> reference (no CUDA device in the task)"
-    if importlib.util.find_spec("flashinfer") is None:
-        return "reference", "backend auto -> reference (flashinfer is not installed)"
-    return "flashinfer", "backend auto -> flashinfer"
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def cuda_present(device: torch.device) -> bool:
+    """Does the task have a CUDA device (where `auto` must mean flashinfer)?"""
+    return device.type == "cuda"
+
+
+def import_flashinfer(stages: Optional[Stages] = None) -> None:
+    """Import flashinfer (a broken install is found by find_spec and still fails here)."""
+    with (stages if stages is not None else Stages())("import flashinfer"):
+        import flashinfer  # noqa: F401
+
+
+def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
+    """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
+    flashinfer, which must import (load): never a silent fallback. Raises BackendUnavailable."""
+    asked = spec.backend
+    if asked == "reference":
+        return "reference", ""
+    if not has_cuda:
+        if asked == "auto":
+            return "reference", "backend auto -> reference (no CUDA device in the task)"
+        raise BackendUnavailable(f"backend {asked}: the task has no CUDA device")
+    try:
+        load()
+    except Exception as exc:
+        raise BackendUnavailable(
+            f"backend {asked}: the task has a CUDA device but flashinfer failed to import: {_first_line(exc)}") from exc
+    return "flashinfer", "backend auto -> flashinfer" if asked == "auto" else ""
 
 
 def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None) -> AttentionBackend:
@@ -47,11 +71,6 @@ def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optiona
     from .backends.flashinfer import FlashInferBackend  # imported only here, inside a task
 
     return FlashInferBackend(spec, device, stages)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 class ShardRunner:
@@ -67,18 +86,26 @@ class ShardRunner:
             with self.stages("cuda context"):
                 torch.empty(1, device=self.device)
             prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
-        self.backend_name, self.note = resolve_backend(spec, self.device)
+        self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
+        self.backend: Optional[AttentionBackend] = None
         with self.stages("backend init"):
-            self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
+            try:
+                self.backend_name, self.note = resolve_backend(
+                    spec, cuda_present(self.device), functools.partial(import_flashinfer, self.stages))
+            except BackendUnavailable as exc:  # only flashinfer can be unavailable: its rows say so
+                self.backend_name, self.note = "flashinfer", str(exc)
+                self.poisoned = str(exc)
+            else:
+                self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
         flags = seen_flags(spec.env)
         with self.stages("environment"):
             env = environment(self.device, flags)
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
-                           backend=self.backend_name, use_paged=self.backend.use_paged,
+                           backend=self.backend_name,
+                           use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
                            pid=os.getpid(), **(context or {}), **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
-        self.poisoned: Optional[str] = None
         self.ran: set = set()  # (case, mode) of the cells this task has run
         self.pending: Optional[tuple] = None  # (cell, row bounds, output, digests) launched, rows not yet written
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases

@@ -22,6 +22,10 @@ class Unsupported(Exception):
     """This backend cannot run this cell here (recorded as skipped, with the reason)."""
 
 
+class BackendUnavailable(Exception):
+    """The backend asked for cannot run in this task (one line that says why; its cells become error rows)."""
+
+
 class KnownBug(Exception):
     """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
 

@@ -47,8 +47,7 @@ class FlashInferBackend(AttentionBackend):
 
     def __init__(self, spec, device, stages=None):
         super().__init__(spec, device, stages)  # reads SGLANG_FLASHINFER_USE_PAGED first, as SGLang does
-        with self.stages("import flashinfer"):
-            import flashinfer
+        import flashinfer  # the task's resolve_backend imported it first (timed there)
 
         self.fi = flashinfer
         self.version = Version(flashinfer.__version__)
