@@ -82,7 +82,7 @@ def _check_flags(checks) -> List[str]:
     """The options that rebuild `checks` (for the job a Jobs API submission runs)."""
     out = ["--baseline"] * checks.baseline + ["--require-baseline"] * checks.require_baseline
     out += ["--strict"] * checks.strict + [a for k, v in checks.expect.items() for a in ("--expect", f"{k}={v}")]
-    return out + ["--details", str(checks.details)]
+    return out + (["--details", str(checks.details)] if checks.details != type(checks)().details else [])
 
 
 def _parse_gpus(value: str) -> Optional[int]:
@@ -302,7 +302,11 @@ def list_runs(runs_root: RunsRoot = "runs") -> None:
 
     store = RunStore(runs_root)
     for run_id in store.list_runs():
-        m = store.manifest(run_id)
+        try:
+            m = store.manifest(run_id)
+        except DetrunError as exc:
+            print(f"{run_id}  damaged: {exc}")
+            continue
         print(f"{run_id}  {m.get('status')}  gpus={m.get('gpus')}  spec={m.get('spec_path')}")
 
 

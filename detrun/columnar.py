@@ -44,6 +44,16 @@ def _as_codes(table: pa.Table) -> pa.Table:
     return table
 
 
+def _labelled(table: pa.Table, label: str) -> pa.Table:
+    """The run_id column as the run was named when read (a renamed or same-id run keeps its own name)."""
+    i = table.schema.get_field_index("run_id")
+    column = table.column(i)
+    if all(c.dictionary.to_pylist() == [label] for c in column.chunks if len(c)):
+        return table
+    ids = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(table), dtype=np.int32)), pa.array([label]))
+    return table.set_column(i, "run_id", ids)
+
+
 def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
            profiled: np.ndarray) -> List[Tuple[int, str]]:
     """(row index, problem) for the ok rows of one file whose kernels contradict their path; marks in
@@ -159,6 +169,9 @@ class Columns:
         out: Dict[int, dict] = {}
         for f, local in self._by_file(idx):
             rows = _read(self.store, self.files[f], DETAIL).take(local - self.starts[f]).to_pylist()
+            label = next(run for run, (lo, hi) in self.run_files.items() if lo <= f < hi)
+            for row in rows:
+                row["run_id"] = label
             out.update(zip(local.tolist(), rows))
         return out
 
@@ -195,7 +208,7 @@ def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[st
                 table = _read(store, path, INTS + STRINGS + ("key", "kernels"), STRINGS + ("kernels.list.element",))
                 profiled.append(np.zeros(len(table), dtype=bool))
                 audit += _audit(table, starts[-1], cache, profiled[-1])
-                tables.append(_as_codes(table.drop_columns(["kernels"])))
+                tables.append(_labelled(_as_codes(table.drop_columns(["kernels"])), run_id))
                 files.append(path)
                 starts.append(starts[-1] + len(table))
         except DetrunError as exc:

@@ -219,12 +219,13 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
         parts += [f.title for f in warns if f.kind == kind]
     warned: Counter = Counter()
     for f in warns:
-        if f.kind not in ("provisional_baseline", "no_baseline"):
+        if f.kind not in ("provisional_baseline", "no_baseline", "unverified_claim"):
             warned[f.kind] += len(f.items) or 1
     if warned:
         parts.append("not checked: " + ", ".join(f"{n} {KINDS[k]}" for k, n in warned.items()))
     held = [c.axis + (" bitwise" if c.level == "bitwise" else "") for c in claims if c.status == "held"]
-    unchecked = [c.axis for c in claims if c.status == "not compared"]
+    unchecked = [c.axis + (f" (claimed {c.level})" if c.axis in cmp.claims.stated else "")
+                 for c in claims if c.status == "not compared"]
     parts.append("held: " + (", ".join(held) or "none") + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))
     if cmp.backends:
         parts.append("ran: " + ", ".join(cmp.backends))

@@ -164,7 +164,7 @@ def history(store: RunStore) -> History:
             summaries[r] = _summary(0, r, cols.only(r), jobs[r])
         except DetrunError as exc:
             damaged[r] = str(exc)
-    order = sorted(runs, key=lambda r: (manifests[r].get("created", "") if r in manifests else "", r))
+    order = sorted(runs, key=lambda r: (0, manifests[r].get("created", ""), r) if r in manifests else (1, "", r))
     out = []
     for i, r in enumerate(order, 1):
         if r in summaries:

@@ -20,7 +20,7 @@ class _Suite:
         tc = ET.SubElement(self.el, "testcase", classname=classname, name=name, time="0")
         self.counts["tests"] += 1
         if kind == "system-out":
-            ET.SubElement(tc, kind).text = text or message
+            ET.SubElement(tc, kind).text = "\n".join(t for t in (message, text) if t)
         elif kind:
             child = ET.SubElement(tc, kind, message=message)
             if kind != "skipped":

@@ -29,14 +29,14 @@ def _cell(v) -> str:
     return f"[{_STYLE[v.status]}]{v.status}[/]{tail}"
 
 
-def _listing(console: Console, title: str, items, style: str) -> None:
+def _listing(console: Console, title: str, items, style: str, limit: int = _LIST_MAX) -> None:
     if not items:
         return
     console.print(f"[{style}]{title}: {len(items)}[/]")
-    for item in items[:_LIST_MAX]:
+    for item in items[:limit]:
         console.print(f"  {item}", soft_wrap=True)
-    if len(items) > _LIST_MAX:
-        console.print(f"  ... and {len(items) - _LIST_MAX} more")
+    if len(items) > limit:
+        console.print(f"  ... and {len(items) - limit} more (--details N lists more)")
 
 
 def verdict_line(verdict: Verdict) -> str:
@@ -53,9 +53,8 @@ def _differences(console: Console, findings: List[Finding], details: int) -> Non
             groups[(f.axis, f.kind, f.cause, f.severity)].append(f)
     for (axis, kind, cause, sev), members in sorted(groups.items(), key=lambda g: (g[0][3] != FAIL, g[0][:3])):
         what = "unexplained" if kind == "differs" else f"explained by {cause}"
-        names = ", ".join(f.request for f in members)
-        console.print(f"[{_SEVERITY[sev]}]{axis}: {what}[/] ({sev}): {len(members)} request(s): {escape(names)}",
-                      soft_wrap=True)
+        _listing(console, f"{axis}: {what} ({sev}), requests", [escape(f.title) for f in members], _SEVERITY[sev],
+                 max(details, _LIST_MAX))
         shown = [f for f in members if f.examples][:details]
         for f in shown:
             console.print(escape(f.examples[0]), soft_wrap=True)
@@ -83,7 +82,8 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
     for kind, members in by_kind.items():
         worst = min((f.severity for f in members), key=[FAIL, WARN, INFO].index)
         tag = {FAIL: "a failure", WARN: "not a pass", INFO: "noted"}[worst]
-        _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst])
+        _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst],
+                 max(details, _LIST_MAX))
     table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
     table.add_column("request")
     for axis in AXES:

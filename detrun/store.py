@@ -270,12 +270,68 @@ class RunStore:
         return None
 
 
-def run_dirs(root: str, run_ids: Sequence[str]) -> Tuple[RunStore, List[str]]:
-    """Accept run ids under root, or paths to run directories (their parent becomes the root)."""
-    store, ids = RunStore(root), []
+class RunSet:
+    """Runs named on the command line, each read from where it was found (ids under one root, or run
+    directories from several roots, renamed or sharing an id): label -> (store, directory name).
+    Reads only; the label is the run's name in every verdict."""
+
+    def __init__(self, refs: Dict[str, Tuple[RunStore, str]]):
+        self.refs = refs
+        self.root = ", ".join(sorted({store.root for store, _ in refs.values()}))
+        self.fs = next(iter(refs.values()))[0].fs if refs else pafs.LocalFileSystem()
+
+    def manifest(self, label: str) -> dict:
+        store, name = self.refs[label]
+        return dict(store.manifest(name), run_id=label)
+
+    def has_run(self, label: str) -> bool:
+        return label in self.refs and self.refs[label][0].has_run(self.refs[label][1])
+
+    def row_files(self, label: str) -> List[str]:
+        store, name = self.refs[label]
+        return store.row_files(name)
+
+    def read_blob(self, labels: Iterable[str], digest: str) -> Optional[bytes]:
+        for label in labels:
+            store, name = self.refs[label]
+            found = store.read_blob([name], digest)
+            if found is not None:
+                return found
+        return None
+
+    def dataset(self, labels: Optional[Sequence[str]] = None) -> pads.Dataset:
+        files = [f for label in (labels if labels is not None else self.refs) for f in self.row_files(label)]
+        return pads.dataset(files, schema=SCHEMA, format="parquet", filesystem=self.fs)
+
+    def read_rows(self, labels: Iterable[str]) -> pa.Table:
+        return self.dataset(list(labels)).to_table()
+
+    def __getattr__(self, name: str):
+        raise DetrunError(f"runs from several places ({self.root}) can only be compared, not used for {name}; "
+                          "pass run ids under one --runs-root")
+
+
+def run_dirs(root: str, run_ids: Sequence[str]):
+    """Read exactly the runs given: ids under root, or paths of run directories (each read where it is).
+    Returns (a RunStore or, when runs come from elsewhere, a RunSet; the labels to compare)."""
+    refs: Dict[str, Tuple[RunStore, str]] = {}
+    given: List[Tuple[str, RunStore, str]] = []
     for rid in run_ids:
-        if os.sep in rid and os.path.isfile(os.path.join(rid, "manifest.json")):
-            parent, rid = os.path.split(os.path.abspath(rid.rstrip(os.sep)))
-            store = RunStore(parent)
-        ids.append(rid)
-    return store, ids
+        if ("/" in rid or os.sep in rid) and os.path.isfile(os.path.join(rid, "manifest.json")):
+            parent, name = os.path.split(os.path.abspath(rid.rstrip("/").rstrip(os.sep)))
+            given.append((rid, RunStore(parent), name))
+        else:
+            given.append((rid, RunStore(root), rid))
+    places = [(store.base, name) for _, store, name in given]
+    twice = sorted({f"{b}/{n}" for b, n in places if places.count((b, n)) > 1})
+    if twice:
+        raise DetrunError(f"the same run is given twice: {', '.join(twice)} (compare a run with itself across "
+                          "repeats by giving it once)")
+    names = [name for _, _, name in given]
+    for rid, store, name in given:
+        refs[name if names.count(name) == 1 else rid.rstrip("/")] = (store, name)
+    labels = list(refs)
+    stores = {store.base for store, _ in refs.values()}
+    if len(stores) == 1 and all(label == name for label, (_, name) in refs.items()):
+        return next(iter(refs.values()))[0], labels
+    return RunSet(refs), labels

@@ -1,0 +1,95 @@
+"""Claims per axis: spec `expect`, --expect, --strict, deterministic; a run that compared nothing fails."""
+
+import pytest
+from typer.testing import CliRunner
+
+from detrun.claims import claims_of, parse_expect
+from detrun.cli import app
+from detrun.compare import compare_runs
+from detrun.errors import DetrunError
+from detrun.spec import load_spec
+from detrun.store import RunStore
+from tests.helpers import flip_one_ulp, run_inline, small
+
+SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(str(tmp_path / "runs"))
+
+
+def test_explained_batch_passes_and_says_so(store):
+    run_inline(store, small(**SPLIT), "split")
+    verdict = compare_runs(store, ["split"]).verdict
+    assert verdict.exit_code == 0 and verdict.label == "REPRODUCIBLE"
+    assert verdict.headline.startswith("REPRODUCIBLE (exit 0); explained: batch 2 requests (kv_chunk_size)")
+    assert "ran: reference torch-split_kv" in verdict.headline
+
+
+def test_batch_claimed_bitwise_breaks_with_the_plan_as_cause(store):
+    run_inline(store, small(expect={"batch": "bitwise"}, **SPLIT), "split")
+    verdict = compare_runs(store, ["split"]).verdict
+    assert verdict.exit_code == 1 and verdict.label == "DETERMINISM FAILURE"
+    (broken,) = verdict.of("broken_claim")
+    assert broken.title == "batch claimed bitwise, 2 requests (target, target_p) differ (kv_chunk_size 4 vs 36)"
+    assert verdict.headline.startswith(f"DETERMINISM FAILURE (exit 1); {broken.title}")
+    assert {f.request for f in verdict.of("explained") if f.severity == "fail"} == {"target", "target_p"}
+
+
+def test_claims_from_spec_override_and_strict():
+    assert claims_of([{"deterministic": True}]).level("batch") == "bitwise"
+    assert claims_of([{"deterministic": True, "expect": {"batch": "explained"}}]).level("batch") == "explained"
+    assert claims_of([{"expect": {"mode": "ignore"}}, {"expect": {"mode": "bitwise"}}]).level("mode") == "bitwise"
+    assert claims_of([{"expect": {"mode": "bitwise"}}], {"mode": "ignore"}).level("mode") == "ignore"
+    assert set(claims_of([], strict=True).levels.values()) == {"bitwise"}
+    assert claims_of([]).levels == dict.fromkeys(("repeat", "gpu", "mode", "batch", "run"), "explained")
+    assert load_spec("jobs/paged.yaml", ["expect.batch=bitwise"]).expect == {"batch": "bitwise"}
+    with pytest.raises(DetrunError, match="expect.batch"):
+        load_spec("jobs/paged.yaml", ["expect.batch=bitwize"])
+    with pytest.raises(DetrunError, match="--expect 'batch'"):
+        parse_expect(["batch"])
+    assert parse_expect(["batch=bitwise", "run=ignore"]) == {"batch": "bitwise", "run": "ignore"}
+
+
+def test_compare_accepts_claims(store, tmp_path):
+    run_inline(store, small(**SPLIT), "split")
+    cli, rr = CliRunner(), ["--runs-root", store.root]
+    assert cli.invoke(app, ["compare", "split", *rr]).exit_code == 0
+    out = cli.invoke(app, ["compare", "split", "--expect", "batch=bitwise", *rr])
+    assert out.exit_code == 1 and "batch claimed bitwise, 2 requests" in out.output
+    assert cli.invoke(app, ["compare", "split", "--strict", *rr]).exit_code == 1
+    bad = cli.invoke(app, ["compare", "split", "--expect", "batch=exact", *rr])
+    assert bad.exit_code == 2 and "--expect 'batch=exact'" in bad.output
+
+
+def test_ignored_axis_is_shown_not_counted(store):
+    run_inline(store, small(repeats=2, modes=["eager"]), "flip")
+    flip_one_ulp(store, "flip", lambda r: r["case"] == "mixed" and r["request"] == "long")  # long: one case
+    assert compare_runs(store, ["flip"]).exit_code == 1
+    verdict = compare_runs(store, ["flip"], expect={"repeat": "ignore"}).verdict
+    assert verdict.exit_code == 0 and "held: batch" in verdict.headline
+    (ignored,) = verdict.of("differs")
+    assert ignored.severity == "info" and ignored.title.endswith("unexplained [repeat claimed ignore]")
+
+
+def test_stated_claim_that_compared_nothing_is_said(store):
+    run_inline(store, small(repeats=1, modes=["eager"]), "one_gpu")
+    verdict = compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}).verdict
+    (unchecked,) = verdict.of("unverified_claim")
+    assert unchecked.severity == "warn" and "gpu claimed bitwise, but no rows were compared" in unchecked.title
+    assert verdict.exit_code == 0 and "not compared: repeat, gpu (claimed bitwise), mode, run" in verdict.headline
+
+
+@pytest.mark.parametrize("data", [
+    small(modes=["cudagraph"]),  # every cell skipped on a CPU
+    small(repeats=1, modes=["eager"], requests={"only": {"qo_len": 5}}, cases={"one": ["only"]}),  # one row
+])
+def test_a_run_that_compared_nothing_is_not_a_pass(store, data):
+    run_inline(store, data, "nothing")
+    verdict = compare_runs(store, ["nothing"]).verdict
+    assert verdict.exit_code == 1 and verdict.label == "NOT VERIFIED"
+    assert "no pair of rows was compared on any claimed axis" in verdict.headline
+    every_axis_ignored = compare_runs(store, ["nothing"], expect=dict.fromkeys(
+        ("repeat", "gpu", "mode", "batch", "run"), "ignore")).verdict
+    assert every_axis_ignored.exit_code == 1  # ignoring every axis claims nothing: still not a pass

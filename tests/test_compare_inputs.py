@@ -1,0 +1,66 @@
+"""compare reads exactly the runs it is given: directories from several roots, one id twice, renamed runs."""
+
+import shutil
+
+from typer.testing import CliRunner
+
+from detrun.cli import app
+from detrun.compare import compare_runs
+from detrun.store import RunStore, run_dirs
+from tests.helpers import flip_one_ulp, run_inline, small
+
+TINY = dict(repeats=1, modes=["eager"])
+
+
+def _target(row):
+    return row["case"] == "alone" and row["request"] == "target"
+
+
+def _compare(*args):
+    return CliRunner().invoke(app, ["compare", *args])
+
+
+def test_run_directories_from_two_roots_are_each_read(tmp_path):
+    one, two = RunStore(str(tmp_path / "one")), RunStore(str(tmp_path / "two"))
+    run_inline(one, small(**TINY), "a")
+    run_inline(two, small(**TINY), "b")
+    flip_one_ulp(one, "a", _target)  # the tampered run sits in the first root
+    out = _compare(str(tmp_path / "one" / "a"), str(tmp_path / "two" / "b"))
+    assert out.exit_code == 1 and "a:alone/target/eager/r0/g0" in out.output
+    assert _compare(str(tmp_path / "two" / "b"), str(tmp_path / "one" / "a")).exit_code == 1
+
+
+def test_two_runs_with_one_id_stay_two_runs(tmp_path):
+    one, two = RunStore(str(tmp_path / "one")), RunStore(str(tmp_path / "two"))
+    run_inline(one, small(**TINY), "night")
+    run_inline(two, small(**TINY), "night")
+    a, b = str(tmp_path / "one" / "night"), str(tmp_path / "two" / "night")
+    store, labels = run_dirs("runs", [a, b])
+    assert labels == [a, b]
+    cmp = compare_runs(store, labels)
+    assert cmp.exit_code == 0 and not cmp.duplicates and cmp.runs == [a, b]
+    assert any(v.axis == "run" and v.status == "equal" for v in cmp.verdicts)
+    flip_one_ulp(two, "night", _target)
+    flipped = compare_runs(*run_dirs("runs", [a, b]))
+    assert flipped.exit_code == 1 and not flipped.duplicates
+    assert any(m.axis == "run" and m.b.startswith(f"{b}:") for m in flipped.mismatches)
+
+
+def test_the_same_run_twice_is_refused(tmp_path):
+    store = RunStore(str(tmp_path / "runs"))
+    run_inline(store, small(**TINY), "a")
+    out = _compare("a", "a", "--runs-root", store.root)
+    assert out.exit_code == 2 and "the same run is given twice" in out.output
+    assert _compare("a", str(tmp_path / "runs" / "a"), "--runs-root", store.root).exit_code == 2
+
+
+def test_a_renamed_run_directory_is_its_own_run(tmp_path):
+    store = RunStore(str(tmp_path / "runs"))
+    run_inline(store, small(**TINY), "a")
+    shutil.copytree(tmp_path / "runs" / "a", tmp_path / "runs" / "a-copy")
+    cmp = compare_runs(store, ["a", "a-copy"])
+    assert cmp.exit_code == 0 and not cmp.duplicates and not cmp.missing
+    assert sum(v.groups for v in cmp.verdicts if v.axis == "run") > 0
+    flip_one_ulp(store, "a-copy", _target)
+    bad = compare_runs(store, ["a", "a-copy"])
+    assert bad.exit_code == 1 and any(m.b.startswith("a-copy:") for m in bad.mismatches if m.axis == "run")

@@ -1,0 +1,192 @@
+"""One findings model: every finding a verdict counts reaches every presenter (terminal, JUnit, HTML,
+history); a baseline that ran another backend fails; a nearest-fingerprint baseline is provisional;
+kernel-audit coverage is counted."""
+
+import json
+import xml.etree.ElementTree as ET
+from html import escape
+
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from detrun.baseline import compare_with_baseline, set_baseline
+from detrun.claims import Checks
+from detrun.compare import compare_runs
+from detrun.findings import FAIL, KINDS, WARN
+from detrun.fingerprint import fingerprint_of
+from detrun.history import history
+from detrun.junit import junit_xml
+from detrun.render import print_comparison, print_history
+from detrun.report import build_report
+from detrun.store import RunStore
+from tests.helpers import drop_row, flip_one_ulp, run_inline, small
+
+SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)
+RAGGED_KERNEL = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<128>"
+PAGED_KERNEL = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128>"
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(str(tmp_path / "runs"))
+
+
+def rewrite(store, run_id, change, extra=()):
+    """change(row) on every row (returning False drops it); extra rows are appended to the first file."""
+    for n, path in enumerate(store.row_files(run_id)):
+        rows = [r for r in pq.read_table(path).to_pylist() if change(r) is not False]
+        rows += [dict(r) for r in extra] if n == 0 else []
+        store.write_rows(run_id, path.rsplit("part-", 1)[1].removesuffix(".parquet"), rows)
+
+
+def _is(case, request, repeat=None):
+    return lambda r: r["case"] == case and r["request"] == request and repeat in (None, r["repeat"])
+
+
+def damaged_night(store):
+    """A baseline run and a night run damaged in every way compare can find."""
+    run_inline(store, small(**SPLIT), "base")
+    run_inline(store, small(**SPLIT), "night")
+    set_baseline(store, "base")
+    flip_one_ulp(store, "night", _is("alone", "target", 0))  # unexplained: repeat, batch, run
+    drop_row(store, "night", lambda r: r["key"] == "mixed/long/eager/r1/g0")  # missing
+    dup = next(r for r in pq.read_table(store.row_files("night")[0]).to_pylist() if r["case"] == "mixed_decode")
+
+    def tamper(row):
+        if row["key"] == "mixed/short/eager/r0/g0":
+            row["kernels"] = [RAGGED_KERNEL]  # a ragged kernel in a paged row: audit failure
+        if row["case"] == "prefix_alone" and row["mode"] == "eager":
+            row["backend"], row["kernels"] = "flashinfer", []  # another backend than the baseline's
+        if row["key"] == "mixed/target/eager/r1/g0":
+            row["status"], row["reason"] = "error", "RuntimeError: CUDA error: an illegal memory access"
+        if row["key"] == "prefix_shared/sibling/eager/r1/g0":
+            row["status"], row["reason"] = "known_bug", "FA2 graph + disable_split_kv: illegal memory access"
+        if row["case"] == "mixed_decode" and row["mode"] == "eager":
+            row["plan"] = json.dumps(dict(json.loads(row["plan"]), kv_tile=128))  # equal although plans differ
+        row["flashinfer"] = "0.7.2"  # no baseline with this fingerprint: the nearest is provisional
+        row["fingerprint"] = fingerprint_of(row)
+
+    rewrite(store, "night", tamper, extra=[dup])
+    store.finish_run("night", "incomplete")
+
+
+def _terminal(cmp):
+    console = Console(record=True, width=400, color_system=None)
+    print_comparison(cmp, console, details=100)
+    return console.export_text()
+
+
+def _junit_text(cmp):
+    root = ET.fromstring(junit_xml(cmp))
+    parts = []
+    for el in root.iter():
+        parts += [el.text or "", *el.attrib.values()]
+    return "\n".join(parts)
+
+
+def test_every_finding_reaches_every_presenter(store):
+    damaged_night(store)
+    cmp = compare_with_baseline(store, "night", Checks(baseline=True, expect={"batch": "bitwise"}))
+    verdict = cmp.verdict
+    kinds = set(verdict.counts())
+    assert kinds >= {"broken_claim", "differs", "explained", "backend_changed", "missing", "duplicate", "error",
+                     "audit", "provisional_baseline", "known_bug", "skipped", "incomplete_run", "note",
+                     "not_audited"}, kinds
+    terminal, junit, html = _terminal(cmp), _junit_text(cmp), build_report(store, cmp)
+    for f in verdict.findings:
+        assert f.title in terminal, (f.kind, f.title)
+        assert f.title in junit, (f.kind, f.title)
+        assert escape(f.title) in html, (f.kind, f.title)
+    assert verdict.headline in terminal and escape(verdict.headline) in html and verdict.headline in junit
+    # the failures JUnit counts are exactly the failing findings (claims and comparisons included)
+    root = ET.fromstring(junit_xml(cmp))
+    failing = [f for f in verdict.findings if f.severity == FAIL]
+    assert int(root.get("failures")) + int(root.get("errors")) == len(failing)
+
+
+def test_history_counts_every_failing_and_warning_kind(store):
+    damaged_night(store)
+    own = compare_runs(store, ["night"]).verdict  # history judges each run on its own
+    (night,) = [r for r in history(store).runs if r.run_id == "night"]
+    want = {f.kind for f in own.findings if f.severity in (FAIL, WARN)}
+    assert set(night.counts) == want and {"audit", "missing", "duplicate", "error", "differs"} <= want
+    console = Console(record=True, width=400, color_system=None)
+    print_history(history(store), console)
+    line = next(ln for ln in console.export_text().splitlines() if " night " in ln)
+    for kind in want:
+        assert f"{KINDS[kind].replace(' ', '_')}={night.counts[kind]}" in line
+
+
+def test_audit_failure_and_broken_claim_in_junit_and_html(store):
+    run_inline(store, small(expect={"batch": "bitwise"}, **SPLIT), "run")
+    rewrite(store, "run", lambda r: r.update(kernels=[RAGGED_KERNEL]) if r["key"] == "alone/target/eager/r0/g0" else None)
+    cmp = compare_runs(store, ["run"])
+    root = ET.fromstring(junit_xml(cmp))
+    failures = {(c.get("classname"), c.find("failure").get("message")) for c in root.iter("testcase")
+                if c.find("failure") is not None}
+    assert ("detrun.claim", "batch claimed bitwise, 2 requests (target, target_p) differ (kv_chunk_size 4 vs 36)") \
+        in failures
+    assert any(cls == "detrun.audit" and "path paged but a ragged kernel ran" in msg for cls, msg in failures)
+    html = build_report(store, cmp)
+    assert "path paged but a ragged kernel ran" in html and "batch claimed bitwise" in html
+
+
+def test_baseline_that_ran_another_backend_fails_whatever_the_claims(store):
+    run_inline(store, small(repeats=1, modes=["eager"]), "base")
+    run_inline(store, small(repeats=1, modes=["eager"]), "night")
+    set_baseline(store, "base")
+    rewrite(store, "base", lambda r: r.update(backend="flashinfer", attn="fa2"))  # the golden run was a GPU run
+    checks = Checks(baseline=True, expect=dict.fromkeys(("repeat", "gpu", "mode", "batch", "run"), "ignore"))
+    verdict = compare_with_baseline(store, "night", checks).verdict
+    (changed,) = verdict.of("backend_changed")
+    assert changed.title == "backend changed against baseline base: flashinfer -> reference (11 cells)"
+    assert verdict.exit_code == 1 and changed.title in verdict.headline
+
+
+def test_nearest_fingerprint_baseline_is_provisional(store):
+    run_inline(store, small(repeats=1, modes=["eager"]), "base")
+    run_inline(store, small(repeats=1, modes=["eager"]), "night")
+    set_baseline(store, "base")
+    assert not compare_with_baseline(store, "night", Checks(baseline=True)).verdict.of("provisional_baseline")
+
+    def upgrade(row):
+        row["flashinfer"] = "0.7.2"
+        row["fingerprint"] = fingerprint_of(row)
+
+    rewrite(store, "night", upgrade)
+    cmp = compare_with_baseline(store, "night", Checks(baseline=True))
+    (prov,) = cmp.verdict.of("provisional_baseline")
+    assert prov.title.startswith("provisional: no baseline for fingerprint ") and "differs in flashinfer ( vs 0.7.2)" \
+        in prov.title
+    assert cmp.exit_code == 0 and prov.title in cmp.verdict.headline
+    root = ET.fromstring(junit_xml(cmp))
+    assert any(p.get("name") == "provisional.0" and p.get("value") == prov.title for p in root.iter("property"))
+    assert any(c.get("classname") == "detrun.provisional_baseline" and c.find("skipped") is not None
+               for c in root.iter("testcase"))
+    required = compare_with_baseline(store, "night", Checks(baseline=True, require_baseline=True))
+    assert required.exit_code == 1 and required.verdict.of("provisional_baseline")[0].severity == FAIL
+
+
+def test_no_baseline_fails_only_when_required(store):
+    run_inline(store, small(repeats=1, modes=["eager"]), "night")
+    assert compare_with_baseline(store, "night", Checks(baseline=True)).exit_code == 0
+    required = compare_with_baseline(store, "night", Checks(baseline=True, require_baseline=True)).verdict
+    assert required.exit_code == 1 and "no baseline set for spec small" in required.headline
+
+
+def test_audit_coverage_is_counted_with_the_reason(store):
+    run_inline(store, small(repeats=2, modes=["eager"], flashinfer={"profile_kernels": False}), "unprofiled")
+    rewrite(store, "unprofiled", lambda r: r.update(backend="flashinfer", kernels=[]))
+    verdict = compare_runs(store, ["unprofiled"]).verdict
+    (gap,) = verdict.of("not_audited")
+    assert gap.title == "5 plans not audited: profile_kernels: false" and len(gap.items) == 5
+    assert "audit 0/5 plans" in verdict.headline and verdict.exit_code == 0
+    run_inline(store, small(repeats=2, modes=["eager"]), "profiled")
+    rewrite(store, "profiled", lambda r: r.update(backend="flashinfer", kernels=[PAGED_KERNEL] * (r["repeat"] == 0)))
+    covered = compare_runs(store, ["profiled"]).verdict
+    assert not covered.of("not_audited") and "audit 5/5 plans" in covered.headline
+    rewrite(store, "profiled", lambda r: r.update(kernels=[]) if r["case"] == "alone" else None)
+    (one,) = compare_runs(store, ["profiled"]).verdict.of("not_audited")
+    assert one.title == "1 plans not audited: no kernels recorded (profile_repeats: 1)"
+    assert one.items == [f"profiled:alone/eager path paged plan {one.items[0].rsplit(' ', 1)[1]}"]

@@ -1,0 +1,62 @@
+"""History per job: a case is compared only with earlier runs of the same job; damaged runs are listed."""
+
+import pytest
+from typer.testing import CliRunner
+
+from detrun.cli import app
+from detrun.history import history, job_of
+from detrun.store import RunStore
+from tests.helpers import flip_one_ulp, run_inline, small
+
+TINY = dict(repeats=1, modes=["eager"])
+# two jobs that share case `alone` and request `target`, with different lengths
+OTHER = dict(name="other", requests={"target": {"qo_len": 33}}, cases={"alone": ["target"]}, repeats=2,
+             modes=["eager"])
+
+
+@pytest.fixture
+def store(tmp_path):
+    return RunStore(str(tmp_path / "runs"))
+
+
+def test_runs_of_other_jobs_are_not_compared(store):
+    run_inline(store, small(**TINY), "small-1")
+    run_inline(store, small(**OTHER), "other-1")
+    run_inline(store, small(**TINY), "small-2")
+    run_inline(store, small(**OTHER), "other-2")
+    hist = history(store)
+    assert [r.verdict for r in hist.runs] == ["pass"] * 4 and hist.drifts == []
+    assert len({r.job for r in hist.runs}) == 2
+    flip_one_ulp(store, "other-2", lambda r: r["request"] == "target")
+    (drift,) = history(store).drifts
+    assert (drift.job, drift.run_id, drift.since) == (job_of(store.manifest("other-2")["spec"]), "other-2", "other-1")
+
+
+def test_job_ignores_repeats_and_claims_but_not_what_a_cell_computes():
+    base = small(**TINY)
+    assert job_of(base) == job_of(dict(base, repeats=5, expect={"batch": "bitwise"}))
+    assert job_of(base) != job_of(dict(base, seed=8))
+    assert job_of(base) != job_of(small(name="other", **TINY))
+
+
+def test_damaged_runs_are_listed_and_the_rest_still_shown(store, tmp_path):
+    for name in ("n1", "n2", "n3", "n4"):
+        run_inline(store, small(**TINY), name)
+    part = store.row_files("n2")[0]
+    data = open(part, "rb").read()
+    open(part, "wb").write(data[: len(data) // 2])  # a truncated Parquet file
+    (tmp_path / "runs" / "n3" / "manifest.json").write_text("{not json")
+    flip_one_ulp(store, "n4", lambda r: r["case"] == "alone" and r["request"] == "target")
+    hist = history(store)
+    assert [(r.run_id, r.verdict) for r in hist.runs] == [
+        ("n1", "pass"), ("n2", "damaged"), ("n4", "FAIL"), ("n3", "damaged")]
+    damaged = {r.run_id: r.headline for r in hist.runs if r.verdict == "damaged"}
+    assert "corrupt or truncated Parquet" in damaged["n2"] and "unreadable manifest" in damaged["n3"]
+    assert [d.run_id for d in hist.drifts] == ["n4"]
+    cli, rr = CliRunner(), ["--runs-root", str(tmp_path / "runs")]
+    out = cli.invoke(app, ["history", *rr])
+    assert out.exit_code == 0 and "n2" in out.output and "damaged" in out.output and "first differs at run" in out.output
+    listed = cli.invoke(app, ["list", *rr])
+    assert listed.exit_code == 0
+    lines = {ln.split()[0]: ln for ln in listed.output.splitlines()}
+    assert set(lines) == {"n1", "n2", "n3", "n4"} and "damaged" in lines["n3"] and "complete" in lines["n4"]
