@@ -26,11 +26,15 @@ submit() {  # submit RUN_ID JOB [--set ...]
   python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
   echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
 }
-compare() {
-  for id in "$@"; do [[ -d runs/$id ]] || return 0; done
+compare() {  # compare RUN [RUN ...] [--expect AXIS=LEVEL ...]
+  for id in "$@"; do [[ $id == -* || $id == *=* || -d runs/$id ]] || return 0; done
   python3 -m detrun.cli compare "$@" --runs-root runs
   echo "== compare $* exit $?"
 }
+# A GPU task whose flashinfer does not import: `backend: auto` must give error rows, never the reference.
+mkdir -p /tmp/broken-fi/flashinfer
+echo 'raise ImportError("libflashinfer.so: cannot open shared object file (a broken install, on purpose)")' \
+  > /tmp/broken-fi/flashinfer/__init__.py
 submit paged jobs/paged.yaml
 submit paged-r2 jobs/paged.yaml --set name=paged-r2 --set repeats_per_task=2   # repeat 1 replays repeat 0's graphs
 submit ragged jobs/ragged.yaml
@@ -43,6 +47,9 @@ submit paged-fa3-r2 jobs/paged.yaml --set name=paged-fa3-r2 --set flashinfer.bac
 submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
 submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfer.ragged_backend=auto
 submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256
+submit paged-bitwise jobs/paged.yaml --set name=paged --set expect.batch=bitwise   # the claim in the spec
+submit paged-again jobs/paged.yaml   # a second night of the same job, against paged as its baseline
+submit broken-fi jobs/paged.yaml --set name=broken-fi --set "env.PYTHONPATH=/tmp/broken-fi:$PWD:/tmp/site"
 compare paged ragged
 compare paged paged-r2
 compare ragged ragged-r2
@@ -52,6 +59,16 @@ compare paged sglang-default
 compare paged paged-nosplit
 compare paged paged-fixed
 compare paged paged-fa3
+compare paged --expect batch=bitwise                     # claims at compare time: FA2 batch variance breaks it
+compare paged --expect mode=bitwise
+compare paged-fa3 --expect batch=bitwise --expect mode=bitwise
+compare ragged-fa3 --expect batch=bitwise --expect mode=bitwise
+if [[ -d runs/paged && -d runs/paged-again ]]; then
+  python3 -m detrun.cli baseline set paged --runs-root runs
+  compare paged-again --baseline --require-baseline --junit "$OUT/junit.xml"
+  python3 -m detrun.cli report paged-again --baseline --runs-root runs -o "$OUT/report.html"
+  python3 -m detrun.cli history --runs-root runs
+fi
 if [[ -n ${DETRUN_GPU_BENCH:-} ]]; then
   [[ ${DETRUN_GPU_BENCH} == *digest* ]] && python3 bench/digest_bench.py
   bench() { echo "== overhead $*"; python3 bench/overhead.py "$@" "${ADDR[@]}"; echo "== overhead exit $? at $(elapsed) s"; }
