@@ -210,10 +210,10 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
             parts.append(f"{counted[kind]} {KINDS[kind]}{'s' * (counted[kind] > 1 and kind != 'error')}"
                          if kind not in ("provisional_baseline", "no_baseline") else next(
                              f.title for f in findings if f.kind == kind))
-    for c in claims:
-        if c.status == "held" and c.explained:
-            parts.append(f"explained: {c.axis} {len(c.explained)} request{'s' * (len(c.explained) > 1)} "
-                         f"({c.cause_text(values=False)})")
+    explained = [f"{c.axis} {len(c.explained)} request{'s' * (len(c.explained) > 1)} ({c.cause_text(values=False)})"
+                 for c in claims if c.status == "held" and c.explained]
+    if explained:
+        parts.append("explained: " + ", ".join(explained))
     warns = [f for f in findings if f.severity == WARN]
     for kind in ("provisional_baseline", "no_baseline"):
         parts += [f.title for f in warns if f.kind == kind]

@@ -68,7 +68,7 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
     verdict = cmp.verdict
     console.print(verdict_line(verdict), soft_wrap=True)
     console.print("claims: " + ", ".join(f"{c.axis} {c.level} [{_CLAIM[c.status]}]{c.status}[/]"
-                                         for c in verdict.claims))
+                                         for c in verdict.claims), soft_wrap=True)
     for f in verdict.of("broken_claim") + verdict.of("nothing_compared") + verdict.of("unverified_claim"):
         console.print(f"[{_SEVERITY[f.severity]}]{f.label}[/]: {escape(f.title)}", soft_wrap=True)
     for line in cmp.baseline_context:
@@ -83,11 +83,12 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
         worst = min((f.severity for f in members), key=[FAIL, WARN, INFO].index)
         tag = {FAIL: "a failure", WARN: "not a pass", INFO: "noted"}[worst]
         _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst],
-                 max(details, _LIST_MAX))
+                 details if worst == INFO else max(details, _LIST_MAX))
     table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
     table.add_column("request")
     for axis in AXES:
-        table.add_column(f"{axis} ({cmp.claims.level(axis)})")
+        level = cmp.claims.level(axis)
+        table.add_column(axis if level == "explained" else f"{axis} ({level})")
     for request, cells in collapse(cmp.verdicts).items():
         table.add_row(escape(request), *(_cell(cells[a]) for a in AXES))
     console.print(table)
