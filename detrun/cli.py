@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
@@ -11,7 +10,8 @@ from typing import List, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
-from .errors import EXIT_INFRA, DetrunError
+from . import exitpolicy
+from .errors import DetrunError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Determinism regression runner for LLM attention kernels, on Ray.")
@@ -19,20 +19,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def _errors(fn):
-    """Map DetrunError to one line on stderr and exit 2; leave typer.Exit codes alone."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DetrunError as exc:
-            print(f"detrun: error: {exc}", file=sys.stderr)
-            raise typer.Exit(EXIT_INFRA) from None
-        except KeyboardInterrupt:
-            print("detrun: interrupted; the run is marked incomplete", file=sys.stderr)
-            raise typer.Exit(EXIT_INFRA) from None
-
-    return wrapper
+    """The exit-code policy of each command (exitpolicy.command); output paths are checked first."""
+    return exitpolicy.command(fn, outputs={"junit": "--junit", "output": "-o/--output"})
 
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
@@ -58,6 +46,7 @@ def _compare_and_print(store, runs: List[str], baseline: bool = False, strict: b
     from .render import print_comparison
 
     cmp = comparison(store, runs, baseline, strict)
+    exitpolicy.set_verdict(cmp.exit_code)
     print_comparison(cmp, _console())
     if junit is not None:
         from .junit import write_junit
@@ -363,8 +352,9 @@ def validate_cluster(
           f"{', '.join(config['available_node_types'])})")
 
 
-def main() -> None:
-    app()
+def main(argv: Optional[List[str]] = None) -> None:
+    """The `detrun` command: exit codes as exitpolicy says (0/1/2/3/130)."""
+    sys.exit(exitpolicy.run(app, argv))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from .errors import AUTH_HINT, DetrunError
+from .errors import AUTH_HINT, DetrunError, interruption
 from .matrix import Shard, shard_keys, shards
 from .spec import JobSpec, spec_from_dict
 from .store import RunStore, new_run_id
@@ -80,6 +82,16 @@ def alive_gpus(accelerator_type: Optional[str] = None) -> int:
     return total
 
 
+def _init(**kwargs) -> None:
+    """ray.init, keeping the caller's SIGTERM handler (Ray's exits without marking the run incomplete)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**kwargs)
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
 def connect(address: Optional[str] = None, gpus: Optional[int] = None,
             accelerator_type: Optional[str] = None) -> int:
     """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
@@ -90,10 +102,10 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
         kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             if address:
-                ray.init(address=address, **kwargs)
+                _init(address=address, **kwargs)
             else:
                 declared = gpus if gpus is not None else max(1, local_gpu_count())
-                ray.init("local", num_gpus=declared, **kwargs)
+                _init(address="local", num_gpus=declared, **kwargs)
         except ray.exceptions.AuthenticationError:
             raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
         except ConnectionError as exc:
@@ -209,10 +221,10 @@ class _ShardRun:
             self._loop(pg)
             timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
             status = "complete" if not self.result.failures else "incomplete"
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under the CLI (errors.Terminated)
             for ref in self.pending:
                 ray.cancel(ref, force=True)
-            self.result.failures.append(f"interrupted with {len(self.pending)} task(s) running")
+            self.result.failures.append(f"{interruption(exc)} with {len(self.pending)} task(s) running")
             raise
         finally:
             remove_placement_group(pg)
