@@ -127,6 +127,7 @@ def submit(
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
     slots = _parse_gpus(gpus)
     spec = load_spec(spec_path, overrides) if spec_path else None
+    RunStore(runs_root).check_writable("--runs-root")  # all before Ray starts
     run_id = resume or run_id or new_run_id(spec.name)
     checks = (baseline, strict, junit)
     if is_jobs_address(address):

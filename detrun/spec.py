@@ -176,16 +176,21 @@ def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise DetrunError(f"{source}: --set {key}: {part} is not a mapping")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise DetrunError(f"--set {item!r}: the value is not valid YAML") from None
     return data
 
 
 def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> JobSpec:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DetrunError(f"{path}: cannot read job spec ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise DetrunError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -198,3 +199,70 @@ def test_failed_final_write_names_the_option(capsys, monkeypatch, tmp_path, runs
     assert code == 2 and "-o/--output" in _one_line(err) and "cannot write it" in err
 
 
+# -- bad input: one line naming the file or option, exit 2, nothing stored
+
+
+def test_non_utf8_spec(capsys, tmp_path, no_ray):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    code, _, err = _main(capsys, "submit", str(bad), "--runs-root", str(tmp_path / "runs"))
+    assert code == 2 and str(bad) in _one_line(err) and "not UTF-8" in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_set_value_that_is_not_yaml(capsys, tmp_path, no_ray):
+    code, _, err = _main(capsys, "submit", _job(tmp_path), "--set", "name=[unclosed",
+                         "--runs-root", str(tmp_path / "runs"))
+    assert code == 2 and "--set 'name=[unclosed'" in _one_line(err)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_runs_root_that_is_a_file(capsys, tmp_path, no_ray):
+    root = tmp_path / "runs"
+    root.write_text("not a directory")
+    code, _, err = _main(capsys, "submit", _job(tmp_path), "--runs-root", str(root))
+    assert code == 2 and _one_line(err).startswith(f"detrun: error: --runs-root {root}: ")
+    assert "not a directory" in err and root.read_text() == "not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "runs"]
+
+
+def test_read_only_runs_root(capsys, monkeypatch, tmp_path, no_ray):
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o555)
+    if os.geteuid() == 0:  # root may write anyway: have os.access answer as for a normal user
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: access(p, mode) and os.path.abspath(p) != str(root))
+    try:
+        code, _, err = _main(capsys, "submit", _job(tmp_path), "--runs-root", str(root / "runs"))
+    finally:
+        root.chmod(0o755)
+    assert code == 2 and _one_line(err).startswith(f"detrun: error: --runs-root {root / 'runs'}: ")
+    assert "not writable" in err and list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ([], "a JSON list, not an object"),
+    ({"spec": {}, "gpus": 1, "status": "complete"}, "field 'run_id' must be a str, got nothing"),
+    ({"run_id": "r", "spec": [], "gpus": 1, "status": "complete"}, "field 'spec' must be a dict, got a list"),
+    ({"run_id": "r", "spec": {}, "gpus": "2", "status": "complete"}, "field 'gpus' must be a int, got a str"),
+    ({"run_id": "r", "spec": {}, "gpus": True, "status": "complete"}, "field 'gpus' must be a int, got a bool"),
+    ({"run_id": "r", "spec": {}, "gpus": 1, "status": None}, "field 'status' must be a str, got a NoneType"),
+])
+def test_manifest_of_the_wrong_shape(capsys, tmp_path, doc, needle):
+    path = tmp_path / "r" / "manifest.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc))
+    with pytest.raises(DetrunError, match="^" + str(path)):
+        RunStore(str(tmp_path)).manifest("r")
+    code, _, err = _main(capsys, "status", "r", "--runs-root", str(tmp_path))
+    line = _one_line(err)
+    assert code == 2 and str(path) in line and needle in line
+
+
+def test_corrupt_submission_record(capsys, tmp_path):
+    path = tmp_path / ".submissions" / "r.json"
+    path.parent.mkdir()
+    path.write_text('{"run_id": "r", "submission_ids": [')
+    code, _, err = _main(capsys, "status", "r", "--runs-root", str(tmp_path))
+    assert code == 2 and f"{path}: unreadable submission record" in _one_line(err)
