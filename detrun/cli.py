@@ -120,6 +120,7 @@ def submit(
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
     from .jobs import is_jobs_address
+    from .matrix import check_size
     from .spec import load_spec
     from .store import RunStore, new_run_id
 
@@ -127,6 +128,8 @@ def submit(
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
     slots = _parse_gpus(gpus)
     spec = load_spec(spec_path, overrides) if spec_path else None
+    if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many
+        check_size(spec, slots, str(spec_path))
     RunStore(runs_root).check_writable("--runs-root")  # all before Ray starts
     run_id = resume or run_id or new_run_id(spec.name)
     checks = (baseline, strict, junit)

@@ -22,9 +22,9 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from .errors import AUTH_HINT, DetrunError, interruption
-from .matrix import Shard, shard_keys, shards
+from .matrix import Shard, check_size, shard_keys, shard_rows, shards
 from .spec import JobSpec, spec_from_dict
-from .store import RunStore, new_run_id
+from .store import RunStore, make_row, new_run_id
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
@@ -32,6 +32,9 @@ NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
 # Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
 TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
 TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
+# A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
+# a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
+LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
 
 
 def _test_hooks() -> None:
@@ -105,7 +108,7 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
                 _init(address=address, **kwargs)
             else:
                 declared = gpus if gpus is not None else max(1, local_gpu_count())
-                _init(address="local", num_gpus=declared, **kwargs)
+                _init(address="local", num_gpus=declared, _system_config=LOCAL_SYSTEM_CONFIG, **kwargs)
         except ray.exceptions.AuthenticationError:
             raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
         except ConnectionError as exc:
@@ -155,6 +158,7 @@ def submit(
     options = options or RunOptions()
     options.on_progress = on_progress or options.on_progress
     run_id = run_id or new_run_id(spec.name)
+    check_size(spec, gpus)
     spec_data = spec.model_dump(mode="json")
     store.create_run(run_id, spec_data, gpus, spec_path, accelerator_type=options.accelerator_type,
                      **(manifest_extra or {}))
@@ -263,6 +267,8 @@ class _ShardRun:
         ready, start = time.time(), time.perf_counter()
         try:
             out = ray.get(ref)
+        except ray.exceptions.OutOfMemoryError as exc:
+            return self._error_rows(shard, f"killed by Ray's memory monitor (out of memory): {failure_line(exc)}")
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
         got = time.perf_counter()
@@ -276,6 +282,14 @@ class _ShardRun:
         if out["note"] and out["note"] not in self.result.notes:
             self.result.notes.append(out["note"])
             print(out["note"], file=sys.stderr)
+
+    def _error_rows(self, shard: Shard, reason: str) -> None:
+        """The shard failed as a whole: an error row for each of its keys, and a failure."""
+        rows = [make_row(run_id=self.run_id, key=key, case=cell.case, request=request, mode=cell.mode,
+                         repeat=cell.repeat, slot=shard.slot, shard=shard.shard_id, status="error", reason=reason)
+                for key, cell, request in shard_rows(self.spec, shard)]
+        self.store.write_rows(self.run_id, shard.shard_id, rows)
+        self._fail(shard, reason)
 
     def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
         """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
