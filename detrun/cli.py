@@ -122,10 +122,13 @@ def submit(
     from .jobs import is_jobs_address
     from .matrix import check_size
     from .spec import load_spec
-    from .store import RunStore, new_run_id
+    from .store import RunStore, check_run_id, new_run_id
 
     if (spec_path is None) == (resume is None):
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
+    for value, option in ((run_id, "--run-id"), (resume, "--resume")):
+        if value is not None:
+            check_run_id(value, option)
     slots = _parse_gpus(gpus)
     spec = load_spec(spec_path, overrides) if spec_path else None
     if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many

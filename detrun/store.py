@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import uuid
 from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -89,7 +90,16 @@ def make_row(**fields) -> Dict[str, object]:
     return row
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
+
+
+def check_run_id(run_id: str, option: str = "run id") -> str:
+    """run_id if it is one plain name under the root (no '/', '\\', leading '.'); else DetrunError naming option."""
+    if not RUN_ID.fullmatch(run_id):
+        raise DetrunError(f"{option} {run_id!r}: a run id must match ^{RUN_ID.pattern}$ "
+                          "(one name under the runs root)")
+    return run_id
 
 
 def new_run_id(name: str) -> str:
@@ -156,8 +166,8 @@ class RunStore:
 
     # -- manifests
     def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "", **extra) -> dict:
-        if self._exists(self._p(run_id)):
-            raise DetrunError(f"run {run_id} already exists under {self.root}")
+        """Claim run_id and write its manifest; of two creates of one id, one fails (see _claim)."""
+        self._claim(check_run_id(run_id))
         manifest = {
             "run_id": run_id,
             "spec": spec,
@@ -169,6 +179,22 @@ class RunStore:
         }
         self.write_manifest(manifest)
         return manifest
+
+    def _claim(self, run_id: str) -> None:
+        """Make the run's directory: atomic on a local root (os.mkdir); on a URI root (no directories
+        to make atomically) it is check-then-write, so two creates of one id may both pass."""
+        path, taken = self._p(run_id), DetrunError(f"run {run_id} already exists under {self.root}")
+        if not self.local:
+            if self._exists(path):
+                raise taken
+            return
+        try:
+            os.makedirs(self.base, exist_ok=True)
+            os.mkdir(path)
+        except FileExistsError:
+            raise taken from None
+        except OSError as exc:
+            raise DetrunError(f"{path}: cannot create the run ({exc.strerror or exc})") from None
 
     def write_manifest(self, manifest: dict) -> None:
         self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), manifest)

@@ -1,9 +1,10 @@
-"""Input size limits, OOM-killed tasks (issue 15, part 7). No Ray started."""
+"""Input size limits, OOM-killed tasks, safe and atomic run ids (issue 15, part 7). No Ray started."""
 
 from __future__ import annotations
 
 import glob
 import signal
+import threading
 
 import pytest
 import ray
@@ -15,7 +16,7 @@ from detrun.cli import main
 from detrun.errors import DetrunError
 from detrun.matrix import check_size, row_count, shard_keys, shards
 from detrun.spec import load_spec, spec_from_dict
-from detrun.store import RunStore
+from detrun.store import RunStore, check_run_id
 from tests.helpers import run_inline, small
 
 OOM_REASON = "killed by Ray's memory monitor (out of memory): "
@@ -163,3 +164,52 @@ def test_connect_keeps_the_callers_sigterm_handler(monkeypatch):
         assert signal.getsignal(signal.SIGTERM) is ours
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# -- run ids
+
+
+@pytest.mark.parametrize("good", ["nightly-2026-01-02", "a.b_c", "_x", "R1"])
+def test_plain_run_ids_pass(good):
+    assert check_run_id(good) == good
+
+
+@pytest.mark.parametrize("bad", [".", "..", ".hidden", "-x", "a/b", "../../x", "/abs/x", "a\\b", "", "x\n", "a b"])
+def test_unsafe_run_ids_are_refused(bad, tmp_path):
+    with pytest.raises(DetrunError, match="--run-id .*must match"):
+        check_run_id(bad, "--run-id")
+    with pytest.raises(DetrunError, match="run id"):
+        RunStore(str(tmp_path / "runs")).create_run(bad, {}, 1)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--run-id", "../../x"), ("--run-id", "ABS"), ("--resume", "../x")])
+def test_cli_refuses_unsafe_run_ids(capsys, tmp_path, no_ray, option, value):
+    value = str(tmp_path / "abs" / "x") if value == "ABS" else value
+    root = tmp_path / "a" / "b" / "runs"
+    args = ["--resume", value] if option == "--resume" else [_job(tmp_path), "--run-id", value]
+    code, line = _main(capsys, "submit", *args, "--runs-root", str(root))
+    assert code == 2 and line.startswith(f"detrun: error: {option} {value!r}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["job.yaml"] if option == "--run-id" else [])
+
+
+def test_creating_a_run_is_atomic(tmp_path):
+    store, threads_n = RunStore(str(tmp_path)), 8
+    for attempt in range(30):
+        barrier, won, lost = threading.Barrier(threads_n), [], []
+
+        def create():
+            barrier.wait()
+            try:
+                store.create_run(f"r{attempt}", {}, 1)
+                won.append(1)
+            except DetrunError as exc:
+                assert "already exists" in str(exc)
+                lost.append(1)
+
+        threads = [threading.Thread(target=create) for _ in range(threads_n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert (len(won), len(lost)) == (1, threads_n - 1), f"attempt {attempt}"
