@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 import ray
@@ -20,6 +21,7 @@ from detrun.store import RunStore, check_run_id
 from tests.helpers import run_inline, small
 
 OOM_REASON = "killed by Ray's memory monitor (out of memory): "
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _must_not_run(*args, **kwargs):
@@ -95,8 +97,12 @@ def test_runner_checks_rows_on_the_slots_ray_reported(tmp_path):
     assert store.list_runs() == [] and not (tmp_path / "big").exists()
 
 
-@pytest.mark.parametrize("job", sorted(glob.glob("jobs/*.yaml") + glob.glob("bench/jobs/*.yaml")))
+SHIPPED_JOBS = sorted(glob.glob(str(ROOT / "jobs/*.yaml")) + glob.glob(str(ROOT / "bench/jobs/*.yaml")))
+
+
+@pytest.mark.parametrize("job", SHIPPED_JOBS)
 def test_shipped_jobs_fit_the_default_limits(job):
+    assert len(SHIPPED_JOBS) >= 4  # the glob found them
     check_size(load_spec(job), 8)
 
 
