@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
@@ -11,7 +10,8 @@ from typing import List, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
-from .errors import EXIT_INFRA, DetrunError
+from . import exitpolicy
+from .errors import DetrunError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Determinism regression runner for LLM attention kernels, on Ray.")
@@ -19,20 +19,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def _errors(fn):
-    """Map DetrunError to one line on stderr and exit 2; leave typer.Exit codes alone."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DetrunError as exc:
-            print(f"detrun: error: {exc}", file=sys.stderr)
-            raise typer.Exit(EXIT_INFRA) from None
-        except KeyboardInterrupt:
-            print("detrun: interrupted; the run is marked incomplete", file=sys.stderr)
-            raise typer.Exit(EXIT_INFRA) from None
-
-    return wrapper
+    """The exit-code policy of each command (exitpolicy.command); output paths are checked first."""
+    return exitpolicy.command(fn, outputs={"junit": "--junit", "output": "-o/--output"})
 
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
@@ -63,6 +51,7 @@ def _compare_and_print(store, runs: List[str], checks, junit: Optional[Path] = N
     from .render import print_comparison
 
     cmp = comparison(store, runs, checks)
+    exitpolicy.set_verdict(cmp.exit_code)
     print_comparison(cmp, _console(), checks.details)
     if junit is not None:
         from .junit import write_junit
@@ -152,13 +141,20 @@ def submit(
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
     from .jobs import is_jobs_address
+    from .matrix import check_size
     from .spec import load_spec
-    from .store import RunStore, new_run_id
+    from .store import RunStore, check_run_id, new_run_id
 
     if (spec_path is None) == (resume is None):
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
+    for value, option in ((run_id, "--run-id"), (resume, "--resume")):
+        if value is not None:
+            check_run_id(value, option)
     slots = _parse_gpus(gpus)
     spec = load_spec(spec_path, overrides) if spec_path else None
+    if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many
+        check_size(spec, slots, str(spec_path))
+    RunStore(runs_root).check_writable("--runs-root")  # all before Ray starts
     run_id = resume or run_id or new_run_id(spec.name)
     checks = _checks(baseline, require_baseline, strict, expect, details)
     if is_jobs_address(address):
@@ -395,8 +391,9 @@ def validate_cluster(
           f"{', '.join(config['available_node_types'])})")
 
 
-def main() -> None:
-    app()
+def main(argv: Optional[List[str]] = None) -> None:
+    """The `detrun` command: exit codes as exitpolicy says (0/1/2/3/130)."""
+    sys.exit(exitpolicy.run(app, argv))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from .compare import AXES, Comparison, collapse
 from .findings import FAIL, INFO, WARN
+from .paths import write_output
 
 _COUNTS = ("tests", "failures", "errors", "skipped")
 
@@ -79,6 +79,6 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(cmp: Comparison, path: str, name: str = "detrun") -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(junit_xml(cmp, name))
+def write_junit(cmp: Comparison, path: str, name: str = "detrun", option: str = "--junit") -> None:
+    """Write the JUnit XML; a failed write is a DetrunError naming option."""
+    write_output(path, junit_xml(cmp, name), option)

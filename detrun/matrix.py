@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .errors import DetrunError
 from .spec import JobSpec
 
 
@@ -67,13 +68,31 @@ def key_parts(cells: List[Tuple[str, str, str]], blocks: List[Tuple[int, int]]) 
     return heads, tails
 
 
+def shard_rows(spec: JobSpec, shard: Shard) -> Iterator[Tuple[str, Cell, str]]:
+    """(key, cell, request) of every row one shard must write."""
+    for cell in cells_for(spec, shard.repeats):
+        for request in spec.members(cell.case):
+            yield row_key(cell.case, request, cell.mode, cell.repeat, shard.slot), cell, request
+
+
 def shard_keys(spec: JobSpec, shard: Shard) -> List[str]:
     """Every row one shard must write."""
-    return [
-        row_key(cell.case, request, cell.mode, cell.repeat, shard.slot)
-        for cell in cells_for(spec, shard.repeats)
-        for request in spec.members(cell.case)
-    ]
+    return [key for key, _, _ in shard_rows(spec, shard)]
+
+
+def row_count(spec: JobSpec, gpus: int) -> int:
+    """Rows of a complete run: requests (copies counted) over the cases x modes x repeats x GPU slots."""
+    members = sum(spec.requests[name].copies for names in spec.cases.values() for name in names)
+    return members * len(spec.modes) * spec.repeats * gpus
+
+
+def check_size(spec: JobSpec, gpus: int, source: str = "") -> None:
+    """Raise DetrunError naming limits.max_rows when a run on `gpus` slots would write more rows."""
+    rows, limit = row_count(spec, gpus), spec.limits.max_rows
+    if rows > limit:
+        where = f"{source}: " if source else ""
+        raise DetrunError(f"{where}{rows} rows on {gpus} GPU slot(s) exceed limits.max_rows ({limit}); "
+                          "fewer repeats, or --set limits.max_rows=N")
 
 
 def expected_keys(spec: JobSpec, gpus: int) -> List[str]:

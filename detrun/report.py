@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from html import escape
-from pathlib import Path
 from typing import Dict, List, Sequence
 
 from .baseline import run_fingerprints
 from .compare import AXES, Comparison, collapse
 from .findings import FAIL, INFO, WARN
 from .fingerprint import FINGERPRINT_FIELDS
+from .paths import write_output
 from .store import RunStore
 
 COLOURS = {"equal": "#2ca02c", "explained": "#f0b400", "differs": "#d62728", "n/a": "#d9d9d9"}
@@ -113,6 +113,7 @@ def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report")
     return "\n".join(p for p in parts if p)
 
 
-def write_report(store: RunStore, cmp: Comparison, path: str, title: str = "detrun report") -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(build_report(store, cmp, title))
+def write_report(store: RunStore, cmp: Comparison, path: str, title: str = "detrun report",
+                 option: str = "-o/--output") -> None:
+    """Write the report; a failed write is a DetrunError naming option."""
+    write_output(path, build_report(store, cmp, title), option)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,10 +21,10 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from .errors import AUTH_HINT, DetrunError
-from .matrix import Shard, shard_keys, shards
+from .errors import AUTH_HINT, DetrunError, interruption
+from .matrix import Shard, check_size, shard_keys, shard_rows, shards
 from .spec import JobSpec, spec_from_dict
-from .store import RunStore, new_run_id
+from .store import RunStore, make_row, new_run_id
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
@@ -30,6 +32,9 @@ NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
 # Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
 TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
 TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
+# A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
+# a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
+LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
 
 
 def _test_hooks() -> None:
@@ -80,6 +85,16 @@ def alive_gpus(accelerator_type: Optional[str] = None) -> int:
     return total
 
 
+def _init(**kwargs) -> None:
+    """ray.init, keeping the caller's SIGTERM handler (Ray's exits without marking the run incomplete)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**kwargs)
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
 def connect(address: Optional[str] = None, gpus: Optional[int] = None,
             accelerator_type: Optional[str] = None) -> int:
     """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
@@ -90,10 +105,10 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
         kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
             if address:
-                ray.init(address=address, **kwargs)
+                _init(address=address, **kwargs)
             else:
                 declared = gpus if gpus is not None else max(1, local_gpu_count())
-                ray.init("local", num_gpus=declared, **kwargs)
+                _init(address="local", num_gpus=declared, _system_config=LOCAL_SYSTEM_CONFIG, **kwargs)
         except ray.exceptions.AuthenticationError:
             raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
         except ConnectionError as exc:
@@ -143,6 +158,7 @@ def submit(
     options = options or RunOptions()
     options.on_progress = on_progress or options.on_progress
     run_id = run_id or new_run_id(spec.name)
+    check_size(spec, gpus)
     spec_data = spec.model_dump(mode="json")
     store.create_run(run_id, spec_data, gpus, spec_path, accelerator_type=options.accelerator_type,
                      **(manifest_extra or {}))
@@ -209,10 +225,10 @@ class _ShardRun:
             self._loop(pg)
             timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
             status = "complete" if not self.result.failures else "incomplete"
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under the CLI (errors.Terminated)
             for ref in self.pending:
                 ray.cancel(ref, force=True)
-            self.result.failures.append(f"interrupted with {len(self.pending)} task(s) running")
+            self.result.failures.append(f"{interruption(exc)} with {len(self.pending)} task(s) running")
             raise
         finally:
             remove_placement_group(pg)
@@ -251,6 +267,8 @@ class _ShardRun:
         ready, start = time.time(), time.perf_counter()
         try:
             out = ray.get(ref)
+        except ray.exceptions.OutOfMemoryError as exc:
+            return self._error_rows(shard, f"killed by Ray's memory monitor (out of memory): {failure_line(exc)}")
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
         got = time.perf_counter()
@@ -264,6 +282,14 @@ class _ShardRun:
         if out["note"] and out["note"] not in self.result.notes:
             self.result.notes.append(out["note"])
             print(out["note"], file=sys.stderr)
+
+    def _error_rows(self, shard: Shard, reason: str) -> None:
+        """The shard failed as a whole: an error row for each of its keys, and a failure."""
+        rows = [make_row(run_id=self.run_id, key=key, case=cell.case, request=request, mode=cell.mode,
+                         repeat=cell.repeat, slot=shard.slot, shard=shard.shard_id, status="error", reason=reason)
+                for key, cell, request in shard_rows(self.spec, shard)]
+        self.store.write_rows(self.run_id, shard.shard_id, rows)
+        self._fail(shard, reason)
 
     def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
         """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""

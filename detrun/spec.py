@@ -61,8 +61,15 @@ class ReferenceOpts(_Model):
     num_sms: int = Field(default=8, ge=1)
 
 
+class Limits(_Model):
+    """Size guards, checked before anything runs (raise them with --set limits.max_rows=N)."""
+
+    max_tokens: int = Field(default=1_048_576, ge=1)  # per case: qo_len + prefix_len over its members
+    max_rows: int = Field(default=2_000_000, ge=1)  # per run: members x modes x repeats x GPU slots
+
+
 class JobSpec(_Model):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # run ids start with it
     backend: Literal["auto", "flashinfer", "reference"] = "auto"
     env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
@@ -82,6 +89,7 @@ class JobSpec(_Model):
     cases: Dict[str, List[str]] = Field(min_length=1)
     flashinfer: FlashInferOpts = FlashInferOpts()
     reference: ReferenceOpts = ReferenceOpts()
+    limits: Limits = Limits()
 
     @field_validator("env")
     @classmethod
@@ -113,10 +121,16 @@ class JobSpec(_Model):
                     raise ValueError(f"cases.{case}: unknown request {name!r}")
             if len(set(names)) != len(names):
                 raise ValueError(f"cases.{case}: a request may appear once per case")
+            tokens = self.case_tokens(case)
+            if tokens > self.limits.max_tokens:
+                raise ValueError(f"cases.{case}: {tokens} tokens (qo_len + prefix_len over its requests, copies "
+                                 f"counted) exceed limits.max_tokens ({self.limits.max_tokens})")
         lens: Dict[str, int] = {}
-        for name in self.requests:
+        for name, request in self.requests.items():
             if "#" in name:
                 raise ValueError(f"requests.{name}: '#' is reserved for copies")
+            if request.prefix is not None and request.prefix not in self.requests:
+                raise ValueError(f"requests.{name}.prefix: {request.prefix!r} names no request")
         for name in (m for case in self.cases for m in self.members(case)):
             key, plen = self.prefix_key(name), self.request(name).prefix_len
             if lens.setdefault(key, plen) != plen:
@@ -138,6 +152,10 @@ class JobSpec(_Model):
             n = self.requests[name].copies
             out.extend([name] if n == 1 else [f"{name}#{i}" for i in range(n)])
         return out
+
+    def case_tokens(self, case: str) -> int:
+        """Tokens of one case: qo_len + prefix_len over its requests, copies counted."""
+        return sum((r.qo_len + r.prefix_len) * r.copies for r in (self.requests[n] for n in self.cases[case]))
 
     def request(self, name: str) -> Request:
         return self.requests[name.split("#", 1)[0]]
@@ -179,16 +197,24 @@ def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise DetrunError(f"{source}: --set {key}: {part} is not a mapping")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise DetrunError(f"--set {item!r}: the value is not valid YAML") from None
     return data
 
 
 def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> JobSpec:
+    """Read, override and validate a job file; its rows on one GPU slot must fit limits.max_rows."""
+    from .matrix import check_size  # matrix imports this module
+
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise DetrunError(f"{path}: cannot read job spec ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise DetrunError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -197,4 +223,6 @@ def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> 
         raise DetrunError(f"{path}: not valid YAML{where}") from None
     if overrides and isinstance(data, dict):
         data = apply_overrides(data, overrides, str(path))
-    return spec_from_dict(data, str(path))
+    spec = spec_from_dict(data, str(path))
+    check_size(spec, 1, str(path))
+    return spec

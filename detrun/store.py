@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import uuid
 from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -22,6 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import DetrunError
+from .paths import check_writable_dir
 
 SCHEMA = pa.schema(
     [
@@ -88,6 +90,18 @@ def make_row(**fields) -> Dict[str, object]:
     return row
 
 
+RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
+
+
+def check_run_id(run_id: str, option: str = "run id") -> str:
+    """run_id if it is one plain name under the root (no '/', '\\', leading '.'); else DetrunError naming option."""
+    if not RUN_ID.fullmatch(run_id):
+        raise DetrunError(f"{option} {run_id!r}: a run id must match ^{RUN_ID.pattern}$ "
+                          "(one name under the runs root)")
+    return run_id
+
+
 def new_run_id(name: str) -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{name}-{stamp}-{uuid.uuid4().hex[:4]}"
@@ -102,6 +116,12 @@ class RunStore:
         else:
             self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
         self.root = root
+        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    def check_writable(self, option: str = "--runs-root") -> None:
+        """A local root must take new files (DetrunError naming option); a remote one is not checked."""
+        if self.local:
+            check_writable_dir(self.base, option)
 
     def _p(self, *parts: str) -> str:
         return posixpath.join(self.base, *parts)
@@ -128,9 +148,12 @@ class RunStore:
             return None
         try:
             with self.fs.open_input_stream(path) as f:
-                return json.loads(f.read())
+                doc = json.loads(f.read())
         except (ValueError, OSError) as exc:
             raise DetrunError(f"{path}: unreadable {what} ({exc})") from None
+        if not isinstance(doc, dict):
+            raise DetrunError(f"{path}: unreadable {what} (a JSON {type(doc).__name__}, not an object)")
+        return doc
 
     def list_names(self, rel_dir: str, suffix: str, dirs: bool = False) -> List[str]:
         """Base names of the files (or, with dirs, folders) directly in rel_dir ending with suffix."""
@@ -143,8 +166,8 @@ class RunStore:
 
     # -- manifests
     def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "", **extra) -> dict:
-        if self._exists(self._p(run_id)):
-            raise DetrunError(f"run {run_id} already exists under {self.root}")
+        """Claim run_id and write its manifest; of two creates of one id, one fails (see _claim)."""
+        self._claim(check_run_id(run_id))
         manifest = {
             "run_id": run_id,
             "spec": spec,
@@ -157,6 +180,22 @@ class RunStore:
         self.write_manifest(manifest)
         return manifest
 
+    def _claim(self, run_id: str) -> None:
+        """Make the run's directory: atomic on a local root (os.mkdir); on a URI root (no directories
+        to make atomically) it is check-then-write, so two creates of one id may both pass."""
+        path, taken = self._p(run_id), DetrunError(f"run {run_id} already exists under {self.root}")
+        if not self.local:
+            if self._exists(path):
+                raise taken
+            return
+        try:
+            os.makedirs(self.base, exist_ok=True)
+            os.mkdir(path)
+        except FileExistsError:
+            raise taken from None
+        except OSError as exc:
+            raise DetrunError(f"{path}: cannot create the run ({exc.strerror or exc})") from None
+
     def write_manifest(self, manifest: dict) -> None:
         self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), manifest)
 
@@ -164,9 +203,15 @@ class RunStore:
         return self._exists(self._p(run_id, "manifest.json"))
 
     def manifest(self, run_id: str) -> dict:
+        path = self._p(run_id, "manifest.json")
         manifest = self.read_json(posixpath.join(run_id, "manifest.json"), "manifest")
         if manifest is None:
-            raise DetrunError(f"no run {run_id!r} under {self.root} (no {self._p(run_id, 'manifest.json')})")
+            raise DetrunError(f"no run {run_id!r} under {self.root} (no {path})")
+        for name, kind in _MANIFEST_FIELDS.items():
+            value = manifest.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                got = f"a {type(value).__name__}" if name in manifest else "nothing"
+                raise DetrunError(f"{path}: manifest field {name!r} must be a {kind.__name__}, got {got}")
         return manifest
 
     def finish_run(self, run_id: str, status: str, **extra) -> None:
@@ -194,14 +239,11 @@ class RunStore:
         """Remember a Jobs API submission beside the runs (the job may not have written a manifest yet)."""
         record = self.submission(run_id) or {"run_id": run_id, "submission_ids": []}
         record.update(address=address, submission_ids=record["submission_ids"] + [submission_id])
-        self._write_atomic(self._p(".submissions", f"{run_id}.json"), json.dumps(record, indent=2).encode())
+        self.write_json(posixpath.join(".submissions", f"{run_id}.json"), record)
 
     def submission(self, run_id: str) -> Optional[dict]:
-        path = self._p(".submissions", f"{run_id}.json")
-        if not self._exists(path):
-            return None
-        with self.fs.open_input_stream(path) as f:
-            return json.loads(f.read())
+        """The Jobs API submissions of a run, or None; an unreadable record is a DetrunError naming it."""
+        return self.read_json(posixpath.join(".submissions", f"{run_id}.json"), "submission record")
 
     def list_runs(self) -> List[str]:
         if not self._exists(self.base):

@@ -109,7 +109,7 @@ def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path
     with pytest.raises(KeyboardInterrupt):
         runner.submit(spec, store, 3, run_id="intr", on_progress=interrupt)
     manifest = store.manifest("intr")
-    assert manifest["status"] == "incomplete" and "interrupted" in manifest["failures"][-1]
+    assert manifest["status"] == "incomplete" and manifest["failures"][-1].startswith("interrupted (Ctrl-C) with")
     assert all(pg["state"] == "REMOVED" for pg in placement_group_table().values())
     _, missing = runner.missing_shards(store, "intr")
     assert 0 < len(missing) < 6

@@ -7,7 +7,7 @@ from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.matrix import expected_keys, shards
 from detrun.spec import load_spec, spec_from_dict
-from tests.helpers import small
+from tests.helpers import SMALL, small
 
 
 @pytest.mark.parametrize("job", ["jobs/paged.yaml", "jobs/ragged.yaml", "jobs/nightly.yaml"])
@@ -28,6 +28,11 @@ def test_shipped_jobs_load(job):
         ({"cases": {"x": ["nobody"]}}, "cases.x: unknown request 'nobody'"),
         ({"page_size": 5}, "shared prefix 'target_p' needs prefix_len a multiple of page_size"),
         ({"repeats": 0}, "repeats: Input should be greater than or equal to 1"),
+        ({"requests": {**SMALL["requests"], "sibling": {"qo_len": 5, "prefix_len": 16, "prefix": "nobody"}}},
+         "requests.sibling.prefix: 'nobody' names no request"),
+        ({"limits": {"max_tokenz": 1}}, "limits.max_tokenz: Extra inputs are not permitted"),
+        ({"limits": {"max_rows": 0}}, "limits.max_rows: Input should be greater than or equal to 1"),
+        ({"name": ".hidden"}, "name: String should match pattern"),
     ],
 )
 def test_bad_spec_names_field(change, needle):

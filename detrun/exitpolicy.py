@@ -1,0 +1,174 @@
+"""The exit-code policy: 0 every claim held, 1 a determinism failure, 2 usage/input/environment error,
+3 internal error, 130 interrupted (Ctrl-C or SIGTERM). A crash is never 1, a closed stdout never
+changes the verdict's code.
+
+command() wraps each CLI command (CliRunner calls those directly); run() is what main() runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import select
+import signal
+import sys
+import traceback
+from typing import Callable, Mapping, Optional, Sequence
+
+import typer
+
+from .errors import (EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, DetrunError, Terminated,
+                     interruption)
+from .paths import check_output_path
+
+try:  # typer >= 0.17 vendors click
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException
+
+DEBUG_ENV = "DETRUN_DEBUG"
+_verdict: Optional[int] = None
+
+
+def set_verdict(code: int) -> None:
+    """Record the comparison's exit code before it is printed: it stands if stdout is closed."""
+    global _verdict
+    _verdict = code
+
+
+class _Crash(Exception):
+    """An exception click would misreport (it exits 1 on any BrokenPipeError); main reports its cause."""
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (a BrokenPipeError elsewhere is a crash)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _closed_stdout() -> int:
+    """The rest of the output goes to /dev/null (Python's recipe); the verdict's code, else 0."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK if _verdict is None else _verdict
+
+
+def _error(exc: DetrunError) -> int:
+    print(f"detrun: error: {exc}", file=sys.stderr)
+    return EXIT_INFRA
+
+
+def _interrupted(exc: BaseException) -> int:
+    print(f"detrun: {interruption(exc)}; a run in progress is marked incomplete", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _internal(exc: BaseException) -> int:
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if debug:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    lines = str(exc).strip().splitlines()
+    hint = "" if debug else f" (set {DEBUG_ENV}=1 for the traceback)"
+    print(f"detrun: internal error: {type(exc).__name__}: {lines[0] if lines else ''}{hint}", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def command(fn: Callable, outputs: Optional[Mapping[str, str]] = None) -> Callable:
+    """Map a command's DetrunError to exit 2, an interruption to 130, a closed stdout to the verdict.
+
+    outputs: parameter name -> option; those paths are checked (check_output_path) before fn runs.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            for name, option in (outputs or {}).items():
+                check_output_path(kwargs.get(name), option)
+            return fn(*args, **kwargs)
+        except DetrunError as exc:
+            raise typer.Exit(_error(exc)) from None
+        except KeyboardInterrupt as exc:
+            raise typer.Exit(_interrupted(exc)) from None
+        except BrokenPipeError as exc:
+            if _stdout_closed():
+                raise typer.Exit(_closed_stdout()) from None
+            raise _Crash() from exc
+
+    return wrapper
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: None)  # a second SIGTERM does not break the cleanup
+    Terminated.received = True
+    raise Terminated()
+
+
+def _console_broken_pipe(console) -> None:
+    """Instead of rich's Console.on_broken_pipe (exit 1, whatever the verdict): raise, for the policy."""
+    console.quiet = True
+    raise BrokenPipeError(errno.EPIPE, "stdout was closed")
+
+
+@contextlib.contextmanager
+def _rich_raises_broken_pipe():
+    from rich.console import Console
+
+    saved = Console.on_broken_pipe
+    Console.on_broken_pipe = _console_broken_pipe
+    try:
+        yield
+    finally:
+        Console.on_broken_pipe = saved
+
+
+def _show_usage_error(exc: ClickException) -> None:
+    """Typer's own rendering of a usage error (a rich panel, or click's plain text without rich)."""
+    try:
+        from typer.rich_utils import rich_format_error
+    except ImportError:  # pragma: no cover
+        exc.show()
+    else:
+        rich_format_error(exc)
+
+
+def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
+    try:
+        code = app(args=args, standalone_mode=False)
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        return _closed_stdout() if _stdout_closed() else _internal(exc)
+    except ClickException as exc:
+        _show_usage_error(exc)
+        return EXIT_INFRA
+    except typer.Abort:
+        print("detrun: aborted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except DetrunError as exc:
+        return _error(exc)
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    except _Crash as exc:
+        return _internal(exc.__cause__)
+    except Exception as exc:
+        return _internal(exc)
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def run(app: Callable, args: Optional[Sequence[str]] = None) -> int:
+    """Run the Typer app under this policy (SIGTERM raises Terminated meanwhile); return the exit code."""
+    global _verdict
+    _verdict, Terminated.received = None, False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        with _rich_raises_broken_pipe():
+            return _run(app, args)
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

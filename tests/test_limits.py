@@ -1,0 +1,221 @@
+"""Input size limits, OOM-killed tasks, safe and atomic run ids (issue 15, part 7). No Ray started."""
+
+from __future__ import annotations
+
+import glob
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+
+from detrun import runner
+from detrun.baseline import _same_spec
+from detrun.cli import main
+from detrun.errors import DetrunError
+from detrun.matrix import check_size, row_count, shard_keys, shards
+from detrun.spec import load_spec, spec_from_dict
+from detrun.store import RunStore, check_run_id
+from tests.helpers import run_inline, small
+
+OOM_REASON = "killed by Ray's memory monitor (out of memory): "
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("reached Ray")
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    monkeypatch.setattr("detrun.runner.connect", _must_not_run)
+
+
+def _main(capsys, *args):
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return exit_.value.code, lines[0]
+
+
+def _job(tmp_path, **overrides) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(small(**overrides)))
+    return str(path)
+
+
+# -- limits
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("requests.target.qo_len=1000000000", "cases.alone: 1000000000 tokens"),
+    ("repeats=1000000000", "rows on 1 GPU slot(s) exceed limits.max_rows (2000000)"),
+])
+def test_huge_inputs_exit_2_before_ray(capsys, tmp_path, no_ray, override, needle):
+    code, line = _main(capsys, "submit", _job(tmp_path), "--set", override, "--runs-root", str(tmp_path / "runs"))
+    assert code == 2 and needle in line and "limits.max_" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_max_tokens_counts_prefix_and_copies():
+    data = small(requests=dict(small()["requests"], decode={"qo_len": 1, "prefix_len": 9, "copies": 10}))
+    spec = spec_from_dict(dict(data, limits={"max_tokens": 121}))  # mixed_decode: 21 + 10 x (1 + 9)
+    assert spec.case_tokens("mixed_decode") == 121
+    with pytest.raises(DetrunError, match=r"cases.mixed_decode: 121 tokens .* exceed limits.max_tokens \(120\)"):
+        spec_from_dict(dict(data, limits={"max_tokens": 120}))
+
+
+def test_limits_can_be_raised_with_set(tmp_path):
+    job = _job(tmp_path)
+    spec = load_spec(job, ["requests.target.qo_len=2000000", "limits.max_tokens=3000000"])
+    assert spec.case_tokens("alone") == 2_000_000
+    with pytest.raises(DetrunError, match="limits.max_tokenz: Extra inputs are not permitted"):
+        load_spec(job, ["limits.max_tokenz=1"])
+
+
+def test_max_rows_counts_gpu_slots(capsys, tmp_path, no_ray):
+    spec = load_spec(_job(tmp_path), ["repeats=50000"])  # 22 rows a repeat (copies counted) x 2 modes
+    assert row_count(spec, 1) == 1_100_000
+    check_size(spec, 1)
+    with pytest.raises(DetrunError, match=r"4400000 rows on 4 GPU slot\(s\) exceed limits.max_rows"):
+        check_size(spec, 4)
+    code, line = _main(capsys, "submit", _job(tmp_path), "--set", "repeats=50000", "--gpus", "4",
+                       "--runs-root", str(tmp_path / "runs"))
+    assert code == 2 and "limits.max_rows" in line and not (tmp_path / "runs").exists()
+
+
+def test_runner_checks_rows_on_the_slots_ray_reported(tmp_path):
+    """--gpus all: the count is known only after connect; runner.submit checks it before create_run."""
+    store = RunStore(str(tmp_path))
+    spec = spec_from_dict(small(repeats=50000))
+    with pytest.raises(DetrunError, match="limits.max_rows"):
+        runner.submit(spec, store, 4, run_id="big")
+    assert store.list_runs() == [] and not (tmp_path / "big").exists()
+
+
+SHIPPED_JOBS = sorted(glob.glob(str(ROOT / "jobs/*.yaml")) + glob.glob(str(ROOT / "bench/jobs/*.yaml")))
+
+
+@pytest.mark.parametrize("job", SHIPPED_JOBS)
+def test_shipped_jobs_fit_the_default_limits(job):
+    assert len(SHIPPED_JOBS) >= 4  # the glob found them
+    check_size(load_spec(job), 8)
+
+
+def test_limits_are_no_spec_difference_for_the_baseline(tmp_path):
+    store = RunStore(str(tmp_path))
+    old = small(repeats=1, modes=["eager"])
+    run_inline(store, old, "new")
+    spec = spec_from_dict(old).model_dump(mode="json")
+    del spec["limits"]  # as a run from before limits recorded it
+    store.create_run("old", spec, 1)
+    _same_spec(store, "new", "old")
+    store.create_run("other", dict(spec, repeats=2), 1)
+    with pytest.raises(DetrunError, match=r"differs in: repeats\)"):
+        _same_spec(store, "new", "other")
+
+
+# -- Ray's memory monitor
+
+
+def test_oom_killed_shard_becomes_error_rows(tmp_path, monkeypatch):
+    store, spec = RunStore(str(tmp_path)), spec_from_dict(small(repeats=2, repeats_per_task=1))
+    store.create_run("oom", spec.model_dump(mode="json"), 1)
+    monkeypatch.setattr(runner.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    run = runner._ShardRun(spec, store, "oom", shards(spec, 1), 1, runner.RunOptions())
+    victim = shards(spec, 1)[1]
+
+    def killed(ref):
+        raise ray.exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.\n"
+                                              "Memory on the node was 30.5GB / 31GB (0.98).")
+
+    monkeypatch.setattr(runner.ray, "get", killed)
+    run._collect(object(), victim)
+    rows = store.read_rows(["oom"]).to_pylist()
+    assert sorted(r["key"] for r in rows) == sorted(shard_keys(spec, victim))
+    reason = OOM_REASON + "Memory on the node was 30.5GB / 31GB (0.98)."
+    assert {(r["status"], r["reason"], r["shard"], r["slot"], r["repeat"]) for r in rows} == {
+        ("error", reason, victim.shard_id, 0, 1)}
+    assert run.result.failures == [f"shard {victim.shard_id}: {reason}"] and run.result.shards_run == 0
+
+
+def test_local_ray_fails_oom_killed_tasks_at_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(runner.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(runner.ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(runner, "alive_gpus", lambda accelerator_type=None: 2)
+    assert runner.connect(gpus=2) == 2
+    assert calls[-1]["_system_config"] == {"task_oom_retries": 0} and calls[-1]["address"] == "local"
+    runner.connect("ray://head:10001")
+    assert "_system_config" not in calls[-1]  # a cluster we join keeps its own settings
+
+
+def test_connect_keeps_the_callers_sigterm_handler(monkeypatch):
+    def ray_init(**kwargs):  # what ray.init does to a driver
+        signal.signal(signal.SIGTERM, lambda *_: None)
+
+    def ours(*_):
+        pass
+
+    monkeypatch.setattr(runner.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(runner.ray, "init", ray_init)
+    monkeypatch.setattr(runner, "alive_gpus", lambda accelerator_type=None: 1)
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        runner.connect(gpus=1)
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- run ids
+
+
+@pytest.mark.parametrize("good", ["nightly-2026-01-02", "a.b_c", "_x", "R1"])
+def test_plain_run_ids_pass(good):
+    assert check_run_id(good) == good
+
+
+@pytest.mark.parametrize("bad", [".", "..", ".hidden", "-x", "a/b", "../../x", "/abs/x", "a\\b", "", "x\n", "a b"])
+def test_unsafe_run_ids_are_refused(bad, tmp_path):
+    with pytest.raises(DetrunError, match="--run-id .*must match"):
+        check_run_id(bad, "--run-id")
+    with pytest.raises(DetrunError, match="run id"):
+        RunStore(str(tmp_path / "runs")).create_run(bad, {}, 1)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("option, value", [("--run-id", "../../x"), ("--run-id", "ABS"), ("--resume", "../x")])
+def test_cli_refuses_unsafe_run_ids(capsys, tmp_path, no_ray, option, value):
+    value = str(tmp_path / "abs" / "x") if value == "ABS" else value
+    root = tmp_path / "a" / "b" / "runs"
+    args = ["--resume", value] if option == "--resume" else [_job(tmp_path), "--run-id", value]
+    code, line = _main(capsys, "submit", *args, "--runs-root", str(root))
+    assert code == 2 and line.startswith(f"detrun: error: {option} {value!r}: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["job.yaml"] if option == "--run-id" else [])
+
+
+def test_creating_a_run_is_atomic(tmp_path):
+    store, threads_n = RunStore(str(tmp_path)), 8
+    for attempt in range(30):
+        barrier, won, lost = threading.Barrier(threads_n), [], []
+
+        def create():
+            barrier.wait()
+            try:
+                store.create_run(f"r{attempt}", {}, 1)
+                won.append(1)
+            except DetrunError as exc:
+                assert "already exists" in str(exc)
+                lost.append(1)
+
+        threads = [threading.Thread(target=create) for _ in range(threads_n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert (len(won), len(lost)) == (1, threads_n - 1), f"attempt {attempt}"
