@@ -19,3 +19,11 @@ def ray_2gpu():
     ray.init("local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An empty runs root under the test's tmp_path."""
+    from detrun.store import RunStore
+
+    return RunStore(str(tmp_path / "runs"))

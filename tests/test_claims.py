@@ -8,15 +8,9 @@ from detrun.cli import app
 from detrun.compare import compare_runs
 from detrun.errors import DetrunError
 from detrun.spec import load_spec
-from detrun.store import RunStore
 from tests.helpers import flip_one_ulp, run_inline, small
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])
-
-
-@pytest.fixture
-def store(tmp_path):
-    return RunStore(str(tmp_path / "runs"))
 
 
 def test_explained_batch_passes_and_says_so(store):

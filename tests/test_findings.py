@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 from html import escape
 
 import pyarrow.parquet as pq
-import pytest
 from rich.console import Console
 
 from detrun.baseline import compare_with_baseline, set_baseline
@@ -19,17 +18,11 @@ from detrun.history import history
 from detrun.junit import junit_xml
 from detrun.render import print_comparison, print_history
 from detrun.report import build_report
-from detrun.store import RunStore
 from tests.helpers import drop_row, flip_one_ulp, run_inline, small
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)
 RAGGED_KERNEL = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<128>"
 PAGED_KERNEL = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128>"
-
-
-@pytest.fixture
-def store(tmp_path):
-    return RunStore(str(tmp_path / "runs"))
 
 
 def rewrite(store, run_id, change, extra=()):

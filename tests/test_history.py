@@ -1,22 +1,15 @@
 """History per job: a case is compared only with earlier runs of the same job; damaged runs are listed."""
 
-import pytest
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.history import history, job_of
-from detrun.store import RunStore
 from tests.helpers import flip_one_ulp, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])
 # two jobs that share case `alone` and request `target`, with different lengths
 OTHER = dict(name="other", requests={"target": {"qo_len": 33}}, cases={"alone": ["target"]}, repeats=2,
              modes=["eager"])
-
-
-@pytest.fixture
-def store(tmp_path):
-    return RunStore(str(tmp_path / "runs"))
 
 
 def test_runs_of_other_jobs_are_not_compared(store):
