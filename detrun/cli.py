@@ -52,11 +52,12 @@ def _compare_and_print(store, runs: List[str], checks, junit: Optional[Path] = N
 
     cmp = comparison(store, runs, checks)
     exitpolicy.set_verdict(cmp.exit_code)
-    print_comparison(cmp, _console(), checks.details)
-    if junit is not None:
+    if junit is not None:  # written before printing: a closed stdout must not lose it
         from .junit import write_junit
 
         write_junit(cmp, str(junit), f"detrun {' '.join(runs)}")
+    print_comparison(cmp, _console(), checks.details)
+    if junit is not None:
         print(f"JUnit XML written to {junit}")
     return cmp.exit_code
 

@@ -198,18 +198,22 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     return out
 
 
+_COUNTED = {"missing": "missing cells", "duplicate": "duplicate rows", "error": "error rows",
+            "audit": "kernel audit failures"}
+
+
 def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[Finding],
               cmp: "Comparison") -> str:
     parts = [f"{label} (exit {code})"]
-    counted = Counter(f.kind for f in findings if f.severity == FAIL and f.kind not in ("differs", "explained"))
     for f in findings:
         if f.kind in ("broken_claim", "nothing_compared", "backend_changed"):
             parts.append(f.title)
-    for kind in ("missing", "duplicate", "error", "audit", "provisional_baseline", "no_baseline"):
-        if counted[kind]:
-            parts.append(f"{counted[kind]} {KINDS[kind]}{'s' * (counted[kind] > 1 and kind != 'error')}"
-                         if kind not in ("provisional_baseline", "no_baseline") else next(
-                             f.title for f in findings if f.kind == kind))
+    counted: Counter = Counter()
+    for f in findings:
+        if f.severity == FAIL and f.kind in _COUNTED:
+            counted[f.kind] += len(f.items) or 1
+    parts += [f"{n} {_COUNTED[k]}" for k, n in counted.items()]
+    parts += [f.title for f in findings if f.severity == FAIL and f.kind in ("provisional_baseline", "no_baseline")]
     explained = [f"{c.axis} {len(c.explained)} request{'s' * (len(c.explained) > 1)} ({c.cause_text(values=False)})"
                  for c in claims if c.status == "held" and c.explained]
     if explained:

@@ -103,7 +103,7 @@ def print_history(hist: History, console: Console) -> None:
             console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.spec)}  "
                           f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
             continue
-        counts = " ".join(f"{KINDS[k].replace(' ', '_')}={n}" for k, n in r.counts.items())
+        counts = " ".join(f"{k}={n}" for k, n in r.counts.items())
         console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
                       f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)

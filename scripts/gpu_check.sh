@@ -26,8 +26,8 @@ submit() {  # submit RUN_ID JOB [--set ...]
   python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
   echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
 }
-compare() {  # compare RUN [RUN ...] [--expect AXIS=LEVEL ...]
-  for id in "$@"; do [[ $id == -* || $id == *=* || -d runs/$id ]] || return 0; done
+compare() {  # compare RUN [RUN ...] [OPTIONS]: skipped when a run was not made
+  for id in "$@"; do [[ $id == -* ]] && break; [[ -d runs/$id ]] || return 0; done
   python3 -m detrun.cli compare "$@" --runs-root runs
   echo "== compare $* exit $?"
 }

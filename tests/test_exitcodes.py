@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -137,11 +138,13 @@ def test_main_restores_the_sigterm_handler(capsys, tmp_path):
 
 @pytest.mark.parametrize("reader", ["head -1", "true"])  # true never reads: the first write fails
 @pytest.mark.parametrize("run, verdict", [("pass", 0), ("fail", 1)])
-def test_closed_stdout_keeps_the_verdicts_code(runs, reader, run, verdict):
-    script = f"{sys.executable} -m detrun.cli compare {run} --runs-root {runs} | {reader} >/dev/null; " \
+def test_closed_stdout_keeps_the_verdicts_code(runs, tmp_path, reader, run, verdict):
+    junit = tmp_path / "junit.xml"
+    script = f"{sys.executable} -m detrun.cli compare {run} --runs-root {runs} --junit {junit} | {reader} >/dev/null; " \
              "exit ${PIPESTATUS[0]}"
     res = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == verdict and res.stderr == ""
+    assert (int(ET.parse(junit).getroot().get("failures")) > 0) == bool(verdict)  # written all the same
 
 
 @pytest.mark.slow
