@@ -22,7 +22,7 @@ from .store import SCHEMA, RunStore
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
-STRINGS = ("run_id", "case", "request", "mode", "status", "backend", "attn", "path", "plan",
+STRINGS = ("run_id", "case", "request", "mode", "status", "reason", "backend", "attn", "path", "plan",
            "out_digest", "lse_digest", "fingerprint", *_ENV)
 _DICT = pa.dictionary(pa.int32(), pa.string())
 DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a row needs

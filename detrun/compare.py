@@ -72,6 +72,7 @@ class Comparison:
     missing: List[str] = field(default_factory=list)
     duplicates: List[str] = field(default_factory=list)
     not_run: List[Tuple[str, str, str]] = field(default_factory=list)  # (id, status, reason)
+    unreproduced: List[Tuple[str, str]] = field(default_factory=list)  # ok rows of a known bug that ran fine
     errors: List[Tuple[str, str]] = field(default_factory=list)
     incomplete_runs: List[str] = field(default_factory=list)
     audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
@@ -318,7 +319,13 @@ def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
             result.errors.append((f"{r['run_id']}:{r['key']}", r["reason"]))
         else:
             result.not_run.append((f"{r['run_id']}:{r['key']}", r["status"], r["reason"]))
-    return np.flatnonzero(status == ok_code)
+    ok = np.flatnonzero(status == ok_code)
+    reasons = cols.dictionary("reason")
+    if any(reasons):  # ok rows with a reason: known-bug cells that ran fine in an isolated worker
+        said = ok[cols.codes("reason")[ok] != (reasons.index("") if "" in reasons else -1)]
+        for r in cols.rows_in_memory(said).values():
+            result.unreproduced.append((f"{r['run_id']}:{r['key']}", r["reason"]))
+    return ok
 
 
 def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

@@ -34,7 +34,8 @@ KINDS: Dict[str, str] = {
     "provisional_baseline": "provisional: no baseline for this fingerprint",
     "no_baseline": "no baseline",
     "not_audited": "not audited",
-    "known_bug": "known bug (not run)",
+    "known_bug": "known bug",
+    "known_bug_fixed": "known bug did not reproduce (fixed?)",
     "skipped": "skipped (not run)",
     "unverified_claim": "claim not checked",
     "incomplete_run": "run not complete",
@@ -192,7 +193,8 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     out += _grouped("not_audited", WARN, cmp.unaudited, "plans not audited")
     for status, kind in (("known_bug", "known_bug"), ("skipped", "skipped")):
         rows = [(key, reason) for key, st, reason in cmp.not_run if st == status]
-        out += _grouped(kind, WARN, rows, f"rows {status.replace('_', ' ')} (not run, not a pass)")
+        out += _grouped(kind, WARN, rows, f"rows {status.replace('_', ' ')} (not a pass)")
+    out += _grouped("known_bug_fixed", WARN, cmp.unreproduced, "rows ran although marked as a known bug")
     out += [Finding("incomplete_run", WARN, f"run {r} is not complete") for r in cmp.incomplete_runs]
     out += [Finding("note", INFO, n) for n in cmp.notes]
     return out

@@ -15,14 +15,15 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from .errors import AUTH_HINT, DetrunError, interruption
-from .matrix import Shard, check_size, shard_keys, shard_rows, shards
+from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced
+from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shard_rows, shards
 from .spec import JobSpec, spec_from_dict
 from .store import RunStore, make_row, new_run_id
 
@@ -32,6 +33,9 @@ NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
 # Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
 TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
 TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
+# An isolated cell's task gets this long beyond isolation.cell_timeout_s (process start, imports) before
+# it is cancelled; its own watchdog normally ends it first.
+ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "120"))
 # A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
 # a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
 LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
@@ -56,13 +60,23 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str) -> dict:
     System failures (worker crash, node death) are retried once; exceptions never are, so a
     failing or mismatching kernel is not re-run until it happens to pass.
     """
+    return _run(spec_data, shard, run_id)
+
+
+@ray.remote(num_gpus=1, max_retries=0)
+def cell_task(spec_data: dict, item: Isolated, run_id: str) -> dict:
+    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result."""
+    return _run(spec_data, item.shard, run_id, [item.cell], item.force)
+
+
+def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False) -> dict:
     entered, start = time.time(), time.perf_counter()
     from .worker import run_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
     _test_hooks()
     return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()},
-                     {"task_entered_unix": entered, "import_s": imported})
+                     {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog=True)
 
 
 def local_gpu_count() -> int:
@@ -196,10 +210,14 @@ class _ShardRun:
         self.result = SubmitResult(run_id, bundles)
         self.total, self.finished = len(todo), 0
         slots = sorted({s.slot for s in todo})
-        self.queues: Dict[int, Deque[Shard]] = {b: deque() for b in range(bundles)}
+        self.queues: Dict[int, Deque[Union[Shard, Isolated]]] = {b: deque() for b in range(bundles)}
         for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
             self.queues[slots.index(shard.slot) % bundles].append(shard)
-        self.pending: Dict[ray.ObjectRef, Tuple[Shard, int, float]] = {}
+        self.pending: Dict[ray.ObjectRef, Tuple[Union[Shard, Isolated], int, float]] = {}
+        self.books: Dict[str, ShardBook] = {}  # shards waiting for their isolated cells
+        self.failed: set = set()  # shard ids given up (their isolated cells still running are dropped)
+        self.bugs = BugSamples(spec.isolation.samples)
+        self.parked: Dict[Isolated, int] = {}  # known-bug cells waiting for a sample of their bug: bundle
         self.submitted_unix: Dict[str, float] = {}
         self.lost_since: Dict[int, float] = {}
         self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
@@ -223,6 +241,8 @@ class _ShardRun:
                 raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
             timings["placement_group_s"] = time.perf_counter() - start
             self._loop(pg)
+            for book in list(self.books.values()):  # isolated cells left waiting (their sample was lost)
+                self._fail(book.shard, "isolated cells did not finish")
             timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
             status = "complete" if not self.result.failures else "incomplete"
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under the CLI (errors.Terminated)
@@ -242,8 +262,11 @@ class _ShardRun:
         while self.pending:
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
             for ref in done:
-                shard, bundle, _ = self.pending.pop(ref)
-                self._collect(ref, shard)
+                item, bundle, started = self.pending.pop(ref)
+                if isinstance(item, Isolated):
+                    self._collect_cell(ref, item, time.monotonic() - started)
+                else:
+                    self._collect(ref, item, bundle)
                 self._launch(pg, bundle, env)
             self._expire()
             self._give_up_lost_bundles(pg)
@@ -253,35 +276,102 @@ class _ShardRun:
     def _launch(self, pg, bundle: int, env: dict) -> None:
         if not self.queues[bundle]:
             return
-        shard = self.queues[bundle].popleft()
+        item = self.queues[bundle].popleft()
         strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
-        task = shard_task.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=self.cpus)
-        self.submitted_unix[shard.shard_id] = time.time()
-        self.pending[task.remote(self.spec_data, shard, self.run_id)] = (shard, bundle, time.monotonic())
+        remote = cell_task if isinstance(item, Isolated) else shard_task
+        task = remote.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=self.cpus)
+        name = item.task_id if isinstance(item, Isolated) else item.shard_id
+        self.submitted_unix[name] = time.time()
+        self.pending[task.remote(self.spec_data, item, self.run_id)] = (item, bundle, time.monotonic())
 
     def _fail(self, shard: Shard, reason: str) -> None:
+        if shard.shard_id in self.failed:
+            return  # already failed (a lost bundle took another of its isolated cells)
+        self.failed.add(shard.shard_id)
+        self.books.pop(shard.shard_id, None)
         self.finished += 1
         self.result.failures.append(f"shard {shard.shard_id}: {reason}")
 
-    def _collect(self, ref: ray.ObjectRef, shard: Shard) -> None:
+    def _collect(self, ref: ray.ObjectRef, shard: Shard, bundle: int) -> None:
         ready, start = time.time(), time.perf_counter()
         try:
             out = ray.get(ref)
         except ray.exceptions.OutOfMemoryError as exc:
             return self._error_rows(shard, f"killed by Ray's memory monitor (out of memory): {failure_line(exc)}")
+        except ray.exceptions.WorkerCrashedError as exc:
+            if not self.spec.isolation.split_crashed:
+                return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
+            why = f"its shard's process died ({failure_line(exc)})"
+            return self._isolate(shard, None, [Isolated(shard, c, "crashed", why)
+                                               for c in cells_for(self.spec, shard.repeats)], bundle)
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
-        got = time.perf_counter()
-        self.store.write_blobs(self.run_id, out["blobs"])
-        self.store.write_rows(self.run_id, shard.shard_id, out["rows"])
         driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
-                  "get_s": got - start, "write_s": time.perf_counter() - got}
-        self.store.write_timings(self.run_id, shard.shard_id, dict(out.get("timings", {}), driver=driver))
+                  "get_s": time.perf_counter() - start}
+        out["timings"] = dict(out.get("timings", {}), driver=driver)
+        if out.get("deferred"):
+            return self._isolate(shard, out, [Isolated(shard, Cell(d["case"], d["mode"], d["repeat"]), d["kind"],
+                                                       d["reason"]) for d in out["deferred"]], bundle)
+        self._write(shard, out["rows"], out["blobs"], out["timings"], out["note"])
+
+    def _write(self, shard: Shard, rows: List[dict], blobs: Dict[str, bytes], timings: dict, note: str) -> None:
+        start = time.perf_counter()
+        self.store.write_blobs(self.run_id, blobs)
+        self.store.write_rows(self.run_id, shard.shard_id, rows)
+        timings.setdefault("driver", {})["write_s"] = time.perf_counter() - start
+        self.store.write_timings(self.run_id, shard.shard_id, timings)
+        self.books.pop(shard.shard_id, None)
         self.finished += 1
         self.result.shards_run += 1
-        if out["note"] and out["note"] not in self.result.notes:
-            self.result.notes.append(out["note"])
-            print(out["note"], file=sys.stderr)
+        if note and note not in self.result.notes:
+            self.result.notes.append(note)
+            print(note, file=sys.stderr)
+
+    # -- crash isolation: cells run alone in sacrificial workers (isolation.py)
+    def _isolate(self, shard: Shard, out: Optional[dict], items: List[Isolated], bundle: int) -> None:
+        """Hold the shard's rows; queue its isolated cells first on the bundle that ran it."""
+        self.books[shard.shard_id] = ShardBook(self.spec, shard, out, [i.cell for i in items])
+        run = []
+        for item in items:
+            verdict = self.bugs.admit(item) if item.force else "run"
+            if verdict == "run":
+                run.append(item)
+            elif verdict == "wait":
+                self.parked[item] = bundle
+            else:
+                self._fill(item, self.bugs.unrun_rows(self.spec, self.run_id, item))
+        self.queues[bundle].extendleft(reversed(run))
+        print(f"shard {shard.shard_id}: {len(items)} cell(s) run alone in isolated workers "
+              f"({items[0].kind}: {items[0].reason})", file=sys.stderr)
+
+    def _collect_cell(self, ref: ray.ObjectRef, item: Isolated, took: float) -> None:
+        blobs, timings = {}, None
+        try:
+            out = ray.get(ref)
+            rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
+        except ray.exceptions.RayError as exc:
+            limit = self.spec.isolation.cell_timeout_s
+            what = (f"hung: no result after {limit:g} s, its worker was ended" if took >= limit
+                    else f"its process died ({type(exc).__name__}: {failure_line(exc)})")
+            rows = lost_rows(self.spec, self.run_id, item, what)
+        if timings:
+            self.store.write_timings(self.run_id, item.task_id, timings)
+        if item.force:
+            for other in self.bugs.resolve(item, reproduced(rows)):
+                bundle = self.parked.pop(other)
+                if self.bugs.outcome[other.reason][0]:
+                    self._fill(other, self.bugs.unrun_rows(self.spec, self.run_id, other))
+                else:
+                    self.queues[bundle].appendleft(other)
+        self._fill(item, rows, blobs)
+
+    def _fill(self, item: Isolated, rows: List[dict], blobs: Optional[Dict[str, bytes]] = None) -> None:
+        book = self.books.get(item.shard.shard_id)
+        if book is None:
+            return
+        book.fill(item.cell, rows, blobs)
+        if book.done:
+            self._write(book.shard, book.rows(), book.blobs, book.timings, book.note)
 
     def _error_rows(self, shard: Shard, reason: str) -> None:
         """The shard failed as a whole: an error row for each of its keys, and a failure."""
@@ -293,19 +383,24 @@ class _ShardRun:
 
     def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
         """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
-        shard, bundle, _ = self.pending.pop(ref)
+        item, bundle, _ = self.pending.pop(ref)
         ray.cancel(ref, force=True)
+        shard = _shard_of(item)
         self._fail(shard, reason)
         while self.queues[bundle]:
-            self._fail(self.queues[bundle].popleft(), f"not run: {rest} on {shard.shard_id}")
+            self._fail(_shard_of(self.queues[bundle].popleft()), f"not run: {rest} on {shard.shard_id}")
 
     def _expire(self) -> None:
-        limit = self.options.task_timeout
-        if not limit:
-            return
-        now = time.monotonic()
-        for ref, (_, _, started) in list(self.pending.items()):
-            if now - started > limit:
+        """Cancel tasks past their time: --task-timeout for shards, the cell timeout (and grace) for
+        isolated cells (whose rows then say they hung)."""
+        now, limit = time.monotonic(), self.options.task_timeout
+        cell_limit = self.spec.isolation.cell_timeout_s + ISOLATION_GRACE_S
+        for ref, (item, _, started) in list(self.pending.items()):
+            if isinstance(item, Isolated) and now - started > cell_limit:
+                self.pending.pop(ref)
+                ray.cancel(ref, force=True)
+                self._fill(item, lost_rows(self.spec, self.run_id, item, f"hung: cancelled after {cell_limit:g} s"))
+            elif limit and not isinstance(item, Isolated) and now - started > limit:
                 self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
 
     def _give_up_lost_bundles(self, pg) -> None:
@@ -319,3 +414,7 @@ class _ShardRun:
             elif now - self.lost_since.setdefault(bundle, now) > NODE_LOSS_GRACE_S:
                 for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
                     self._drop(ref, "its node died and no GPU was left to retry on", "its node died")
+
+
+def _shard_of(item: Union[Shard, Isolated]) -> Shard:
+    return item.shard if isinstance(item, Isolated) else item

@@ -55,10 +55,25 @@ class FlashInferOpts(_Model):
     profile_repeats: Optional[int] = Field(default=1, ge=1)
 
 
+Fault = Literal["crash", "hang", "known_bug_crash", "known_bug_pass"]
+
+
 class ReferenceOpts(_Model):
     variant: Literal["exact", "split_kv", "canary"] = "exact"
     kv_tile: int = Field(default=64, ge=1)
     num_sms: int = Field(default=8, ge=1)
+    # Negative controls for crash isolation, per case: its cells kill their process (crash), never return
+    # (hang), or are a known bug that crashes (or passes) when run anyway.
+    faults: Dict[str, Fault] = Field(default_factory=dict)
+
+
+class IsolationOpts(_Model):
+    """Cells that crash, hang or poison the CUDA context run in sacrificial workers (runner.py)."""
+
+    known_bugs: Literal["run", "skip"] = "run"  # run known-bug cells isolated, or record them unrun
+    samples: int = Field(default=1, ge=1)  # known-bug cells run per bug and run; a reproduced bug stops there
+    cell_timeout_s: float = Field(default=300, gt=0)  # a cell running longer has its process ended
+    split_crashed: bool = True  # a shard whose process died re-runs its cells one per worker
 
 
 class Limits(_Model):
@@ -89,6 +104,7 @@ class JobSpec(_Model):
     cases: Dict[str, List[str]] = Field(min_length=1)
     flashinfer: FlashInferOpts = FlashInferOpts()
     reference: ReferenceOpts = ReferenceOpts()
+    isolation: IsolationOpts = IsolationOpts()
     limits: Limits = Limits()
 
     @field_validator("env")

@@ -107,6 +107,9 @@ class ShardRunner:
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
         self.ran: set = set()  # (case, mode) of the cells this task has run
+        self.force = False  # an isolated worker: known-bug cells run anyway
+        self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
+        self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, kind, reason
         self.pending: Optional[tuple] = None  # (cell, row bounds, output, digests) launched, rows not yet written
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
@@ -165,12 +168,21 @@ class ShardRunner:
         reason = _first_line(exc)
         self._rows(cell, "error", reason)
         if self.device.type == "cuda" and "CUDA" in str(exc):
-            self.poisoned = f"CUDA context lost at {cell.case}/{cell.mode}: {reason}"
+            self.lost = f"the task's CUDA context was lost at {cell.case}/{cell.mode}/r{cell.repeat}: {reason}"
         traceback.print_exc()
+
+    def _defer(self, cell: Cell, kind: str, reason: str) -> None:
+        self.deferred.append(dict(case=cell.case, mode=cell.mode, repeat=cell.repeat, kind=kind, reason=reason))
 
     def _cell(self, cell: Cell, batches: dict) -> None:
         if self.poisoned:
             self._rows(cell, "error", f"not run: {self.poisoned}")
+            return
+        if self.lost:  # a fresh process (an isolated worker) runs it, unless this is one
+            if self.force or not self.spec.isolation.split_crashed:
+                self._rows(cell, "error", f"not run: {self.lost}")
+            else:
+                self._defer(cell, "lost_context", self.lost)
             return
         try:
             if cell.case not in batches:
@@ -187,8 +199,10 @@ class ShardRunner:
             self._flush()  # the cell before keeps its place in the rows
             if isinstance(exc, Unsupported):
                 self._rows(cell, "skipped", str(exc))
+            elif isinstance(exc, KnownBug) and self.spec.isolation.known_bugs == "run":
+                self._defer(cell, "known_bug", str(exc))
             elif isinstance(exc, KnownBug):
-                self._rows(cell, "known_bug", str(exc))
+                self._rows(cell, "known_bug", f"not run: {exc}")
             else:
                 self._failed(cell, exc)
             return
@@ -204,23 +218,36 @@ class ShardRunner:
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
         self.ran.add((cell.case, cell.mode))
 
-    def run(self) -> dict:
+    def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
+        """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
+        isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
         batches: dict = {}
-        for cell in cells_for(self.spec, self.shard.repeats):
+        arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
+        for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
+            if arm:
+                faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
             self._cell(cell, batches)
         self._flush()
-        return {"rows": self.rows, "blobs": self.blobs, "note": self.note,
+        if arm:
+            faulthandler.cancel_dump_traceback_later()
+        return {"rows": self.rows, "blobs": self.blobs, "note": self.note, "deferred": self.deferred,
                 "timings": {"stages": self.stages.as_dict()}}
 
 
 def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
-              timings: Optional[dict] = None) -> dict:
-    """Run one shard; the result's timings say where the task's seconds went (see stages.py)."""
+              timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
+              watchdog: bool = False) -> dict:
+    """Run one shard (or some of its cells; force: known-bug cells too, as an isolated worker does);
+    the result's timings say where the task's seconds went (see stages.py)."""
     start = time.perf_counter()
-    watchdog = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
-    if watchdog:
-        faulthandler.dump_traceback_later(float(watchdog), repeat=True)
-    result = ShardRunner(spec_from_dict(spec_data), shard, run_id, context).run()
+    debug = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
+    if debug:
+        faulthandler.dump_traceback_later(float(debug), repeat=True)
+    runner = ShardRunner(spec_from_dict(spec_data), shard, run_id, context)
+    runner.force = force
+    if runner.backend is not None:
+        runner.backend.force_known_bugs = force
+    result = runner.run(cells, watchdog)
     result["timings"].update(timings or {}, process_started_unix=process_started_unix(),
                              run_s=time.perf_counter() - start, returned_unix=time.time())
     return result

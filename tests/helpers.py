@@ -61,6 +61,7 @@ def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
     for shard in shards(spec, gpus):
         with mock.patch.dict(os.environ, spec.env):  # what runtime_env does for a Ray task
             out = run_shard(spec.model_dump(mode="json"), shard, run_id)
+        assert not out["deferred"], "cells for isolated workers need Ray (runner.submit)"
         store.write_blobs(run_id, out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
     store.finish_run(run_id, "complete")

@@ -134,7 +134,7 @@ def test_oom_killed_shard_becomes_error_rows(tmp_path, monkeypatch):
                                               "Memory on the node was 30.5GB / 31GB (0.98).")
 
     monkeypatch.setattr(runner.ray, "get", killed)
-    run._collect(object(), victim)
+    run._collect(object(), victim, 0)
     rows = store.read_rows(["oom"]).to_pylist()
     assert sorted(r["key"] for r in rows) == sorted(shard_keys(spec, victim))
     reason = OOM_REASON + "Memory on the node was 30.5GB / 31GB (0.98)."

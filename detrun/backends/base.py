@@ -72,6 +72,7 @@ class AttentionBackend(abc.ABC):
         self.use_paged = env_bool(USE_PAGED_FLAG)
         self.deterministic = spec.deterministic
         self.graphs: Dict[Hashable, Captured] = {}
+        self.force_known_bugs = False  # an isolated worker runs a known-bug cell anyway
 
     def path_for(self, mode: str, batch: Batch) -> str:
         return choose_path(self.use_paged, self.deterministic, mode, batch)

@@ -182,17 +182,17 @@ class FlashInferBackend(AttentionBackend):
 
     # -- the protocol
     def _check_known_bugs(self, mode: str) -> None:
-        """Cells that crash or hang the GPU on this flashinfer: recorded, never run (they poison the task)."""
-        if mode != "cudagraph" or "fa2" not in (self.paged_backend, self.ragged_backend):
+        """Cells that crash or hang the GPU on this flashinfer: KnownBug (run only in an isolated worker)."""
+        if self.force_known_bugs or mode != "cudagraph" or "fa2" not in (self.paged_backend, self.ragged_backend):
             return
         if self.opts.disable_split_kv and self.version < PADDED_CTA_FIX:
             raise KnownBug(
                 f"flashinfer {self.version}: FA2 + CUDA graph + disable_split_kv launches padded CTAs "
-                "without block_valid_mask (flashinfer #4002, fixed by PR #5176): illegal memory access; not run")
+                "without block_valid_mask (flashinfer #4002, fixed by PR #5176): illegal memory access")
         if self.opts.fixed_split_size and self.version <= FIXED_SPLIT_GRAPH_HANG_SEEN:
             raise KnownBug(
                 f"flashinfer {self.version}: FA2 + CUDA graph + fixed_split_size={self.opts.fixed_split_size}: "
-                "the warm-up run hung (never completed) on an H200; not run")
+                "the warm-up run hung (never completed) on an H200")
 
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         self._check_known_bugs(mode)

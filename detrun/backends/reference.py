@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import List, Tuple
 
 import torch
@@ -20,6 +21,7 @@ from .base import (
     PATH_PAGED,
     PATH_RAGGED_PREFIX,
     AttentionBackend,
+    KnownBug,
     Output,
 )
 
@@ -145,7 +147,19 @@ class ReferenceBackend(AttentionBackend):
             self._attend_range(q, k, v, q_pos, 0, chunk)
         return merge(new, pre)
 
+    def _fault(self, case: str) -> None:
+        """The negative controls of crash isolation (reference.faults)."""
+        fault = self.opts.faults.get(case)
+        if fault in ("known_bug_crash", "known_bug_pass") and not self.force_known_bugs:
+            raise KnownBug(f"reference fault {fault} in case {case} (a known bug; run isolated)")
+        if fault in ("crash", "known_bug_crash"):
+            os._exit(13)  # the process dies, as a kernel that takes the driver down would
+        if fault == "hang":
+            while True:
+                time.sleep(60)
+
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        self._fault(batch.case)
         path = self.path_for(mode, batch)
         chunk = self._chunk(batch)
 

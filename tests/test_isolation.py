@@ -1,0 +1,79 @@
+"""Crash isolation on Ray: a cell that kills its process or hangs is run alone and recorded, the rest of
+the run completes; known-bug cells run isolated (reproduced, or 'did not reproduce (fixed?)')."""
+
+import pytest
+
+from detrun import runner
+from detrun.compare import compare_runs
+from detrun.isolation import NOT_REPRODUCED, REPRODUCED, BugSamples, Isolated, ShardBook
+from detrun.matrix import Cell, Shard, expected_keys
+from detrun.spec import spec_from_dict
+from tests.helpers import small
+
+
+def _rows(store, run_id):
+    return {r["key"]: r for r in store.read_rows([run_id]).to_pylist()}
+
+
+@pytest.mark.slow
+def test_crashing_and_hanging_cells_are_isolated_and_the_rest_compared(ray_2gpu, store):
+    spec = spec_from_dict(small(repeats=1, modes=["eager"], reference={"faults": {"mixed": "crash",
+                                "prefix_shared": "hang"}}, isolation={"cell_timeout_s": 4}))
+    result = runner.submit(spec, store, runner.connect(gpus=1), run_id="crashy")
+    assert result.failures == [] and store.manifest("crashy")["status"] == "complete"
+    rows = _rows(store, "crashy")
+    assert sorted(rows) == sorted(expected_keys(spec, 1))  # every cell has its rows, none twice
+    by_case = {}
+    for r in rows.values():
+        by_case.setdefault(r["case"], set()).add((r["status"], r["reason"].split(" (")[0]))
+    assert by_case["mixed"] == {("error", "isolated: its process died")}
+    assert by_case["prefix_shared"] == {("error", "isolated: hung: no result after 4 s, its worker was ended")}
+    assert all(by_case[c] == {("ok", "")} for c in ("alone", "mixed_decode", "prefix_alone"))
+    assert "run alone because its shard's process died" in rows["mixed/short/eager/r0/g0"]["reason"]
+    verdict = compare_runs(store, ["crashy"]).verdict
+    assert verdict.exit_code == 1 and "5 error rows" in verdict.headline  # mixed 3 + prefix_shared 2
+    target = next(c for c in verdict.claims if c.axis == "batch")
+    assert target.status == "held" and target.groups > 0  # alone vs mixed_decode still compared
+
+
+@pytest.mark.slow
+def test_known_bug_cells_run_isolated_once_per_bug(ray_2gpu, store):
+    spec = spec_from_dict(small(repeats=2, repeats_per_task=2, modes=["eager"], reference={"faults": {
+        "mixed": "known_bug_crash", "prefix_shared": "known_bug_pass"}}))
+    runner.submit(spec, store, runner.connect(gpus=1), run_id="bugs")
+    rows = _rows(store, "bugs")
+    assert sorted(rows) == sorted(expected_keys(spec, 1))
+    crash0, crash1 = rows["mixed/target/eager/r0/g0"], rows["mixed/target/eager/r1/g0"]
+    assert crash0["status"] == "known_bug" and crash0["reason"].startswith(f"{REPRODUCED}: its process died")
+    assert crash1["status"] == "known_bug" and crash1["reason"].startswith("not run: reference fault known_bug_crash")
+    assert crash1["reason"].endswith("it reproduced at mixed/eager/r0/g0")
+    for repeat in (0, 1):  # a bug that did not reproduce lets its other cells run too
+        ran = rows[f"prefix_shared/sibling/eager/r{repeat}/g0"]
+        assert ran["status"] == "ok" and ran["out_digest"] and ran["reason"].startswith(NOT_REPRODUCED)
+    verdict = compare_runs(store, ["bugs"]).verdict
+    assert verdict.exit_code == 0
+    (fixed,) = verdict.of("known_bug_fixed")
+    assert fixed.title.startswith("4 rows ran although marked as a known bug: known bug did not reproduce (fixed?)")
+    assert {f.kind for f in verdict.findings if f.severity == "warn"} == {"known_bug", "known_bug_fixed"}
+
+
+def test_bug_samples_stop_after_a_reproduction():
+    shard = Shard(0, (0, 1, 2))
+    items = [Isolated(shard, Cell("c", "cudagraph", r), "known_bug", "bug A") for r in range(3)]
+    bugs = BugSamples(samples=1)
+    assert [bugs.admit(i) for i in items] == ["run", "wait", "wait"]
+    assert bugs.resolve(items[0], True) == items[1:] and bugs.admit(items[1]) == "reproduced"
+    passing = BugSamples(samples=2)
+    assert [passing.admit(i) for i in items] == ["run", "run", "wait"]
+    assert passing.resolve(items[0], False) == [items[2]] and passing.admit(items[2]) == "run"
+
+
+def test_shard_book_writes_rows_in_cell_order_once_every_cell_is_in():
+    spec = spec_from_dict(small(repeats=1, modes=["eager"]))
+    shard = Shard(0, (0,))
+    out = {"rows": [{"case": "alone", "mode": "eager", "repeat": 0, "key": "a"},
+                    {"case": "prefix_alone", "mode": "eager", "repeat": 0, "key": "p"}], "blobs": {"d": b"x"}}
+    book = ShardBook(spec, shard, out, [Cell("mixed", "eager", 0)])
+    assert not book.done
+    book.fill(Cell("mixed", "eager", 0), [{"case": "mixed", "mode": "eager", "repeat": 0, "key": "m"}], {"e": b"y"})
+    assert book.done and [r["key"] for r in book.rows()] == ["a", "m", "p"] and set(book.blobs) == {"d", "e"}
