@@ -12,7 +12,7 @@ from rich.console import Console
 from detrun.baseline import compare_with_baseline, set_baseline
 from detrun.claims import Checks
 from detrun.compare import compare_runs
-from detrun.findings import FAIL, KINDS, WARN
+from detrun.findings import FAIL, WARN
 from detrun.fingerprint import fingerprint_of
 from detrun.history import history
 from detrun.junit import junit_xml
