@@ -20,11 +20,12 @@ from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
 from .errors import DetrunError
 from .findings import FAIL, WARN
+from .spec import ROW_NEUTRAL
 from .store import RunStore
 
 _KEY = ("case", "request", "mode", "fingerprint")
 # Spec fields that change neither which cells a job has nor what a cell computes.
-_NOT_JOB = ("name", "repeats", "repeats_per_task", "expect", "store_tensors", "limits")
+_NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", *ROW_NEUTRAL)
 _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
 
 

@@ -55,6 +55,9 @@ class FlashInferOpts(_Model):
     profile_repeats: Optional[int] = Field(default=1, ge=1)
 
 
+# Spec fields that change no row: claims, size guards, crash isolation (baselines and jobs ignore them).
+ROW_NEUTRAL = ("expect", "limits", "isolation")
+
 Fault = Literal["crash", "hang", "known_bug_crash", "known_bug_pass"]
 
 

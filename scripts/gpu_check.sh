@@ -39,14 +39,16 @@ submit paged jobs/paged.yaml
 submit paged-r2 jobs/paged.yaml --set name=paged-r2 --set repeats_per_task=2   # repeat 1 replays repeat 0's graphs
 submit ragged jobs/ragged.yaml
 submit ragged-r2 jobs/ragged.yaml --set name=ragged-r2 --set repeats_per_task=2   # ragged+prefix graphs replayed
-submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true
-submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true
-submit paged-fixed jobs/paged.yaml --set name=paged-fixed --set flashinfer.fixed_split_size=256
+# Known-bug graph cells run alone in sacrificial workers (isolation.samples per bug and run).
+ISO=(--set "isolation.cell_timeout_s=${DETRUN_CELL_TIMEOUT_S:-300}")
+submit paged-nosplit jobs/paged.yaml --set name=paged-nosplit --set flashinfer.disable_split_kv=true "${ISO[@]}"
+submit ragged-nosplit jobs/ragged.yaml --set name=ragged-nosplit --set flashinfer.disable_split_kv=true "${ISO[@]}"
+submit paged-fixed jobs/paged.yaml --set name=paged-fixed --set flashinfer.fixed_split_size=256 "${ISO[@]}"
 submit paged-fa3 jobs/paged.yaml --set name=paged-fa3 --set flashinfer.backend=fa3
 submit paged-fa3-r2 jobs/paged.yaml --set name=paged-fa3-r2 --set flashinfer.backend=fa3 --set repeats_per_task=2
 submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
 submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfer.ragged_backend=auto
-submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256
+submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256 "${ISO[@]}"
 submit paged-bitwise jobs/paged.yaml --set name=paged --set expect.batch=bitwise   # the claim in the spec
 submit paged-again jobs/paged.yaml   # a second night of the same job, against paged as its baseline
 submit broken-fi jobs/paged.yaml --set name=broken-fi --set "env.PYTHONPATH=/tmp/broken-fi:$PWD:/tmp/site"
