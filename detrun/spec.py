@@ -73,7 +73,9 @@ class ReferenceOpts(_Model):
 class IsolationOpts(_Model):
     """Cells that crash, hang or poison the CUDA context run in sacrificial workers (runner.py)."""
 
-    known_bugs: Literal["run", "skip"] = "run"  # run known-bug cells isolated, or record them unrun
+    # run: known-bug cells alone in isolated workers; skip: record them unrun; inline: the gate lifted,
+    # they run in their shard like any cell (a crash there is isolated like any crash)
+    known_bugs: Literal["run", "skip", "inline"] = "run"
     samples: int = Field(default=1, ge=1)  # known-bug cells run per bug and run; a reproduced bug stops there
     cell_timeout_s: float = Field(default=300, gt=0)  # a cell running longer has its process ended
     split_crashed: bool = True  # a shard whose process died re-runs its cells one per worker

@@ -246,7 +246,7 @@ def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict
     runner = ShardRunner(spec_from_dict(spec_data), shard, run_id, context)
     runner.force = force
     if runner.backend is not None:
-        runner.backend.force_known_bugs = force
+        runner.backend.force_known_bugs = force or runner.spec.isolation.known_bugs == "inline"
     result = runner.run(cells, watchdog)
     result["timings"].update(timings or {}, process_started_unix=process_started_unix(),
                              run_s=time.perf_counter() - start, returned_unix=time.time())

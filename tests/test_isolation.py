@@ -77,3 +77,15 @@ def test_shard_book_writes_rows_in_cell_order_once_every_cell_is_in():
     assert not book.done
     book.fill(Cell("mixed", "eager", 0), [{"case": "mixed", "mode": "eager", "repeat": 0, "key": "m"}], {"e": b"y"})
     assert book.done and [r["key"] for r in book.rows()] == ["a", "m", "p"] and set(book.blobs) == {"d", "e"}
+
+
+@pytest.mark.slow
+def test_known_bugs_inline_run_in_their_shard_and_a_crash_there_is_isolated(ray_2gpu, store):
+    spec = spec_from_dict(small(repeats=1, modes=["eager"], reference={"faults": {"mixed": "known_bug_crash"}},
+                                isolation={"known_bugs": "inline"}))
+    runner.submit(spec, store, runner.connect(gpus=1), run_id="inline")
+    rows = _rows(store, "inline")
+    assert sorted(rows) == sorted(expected_keys(spec, 1))
+    mixed = {r["status"] for r in rows.values() if r["case"] == "mixed"}
+    assert mixed == {"error"} and "run alone because its shard's process died" in rows["mixed/long/eager/r0/g0"]["reason"]
+    assert {r["status"] for r in rows.values() if r["case"] != "mixed"} == {"ok"}
