@@ -7,6 +7,7 @@ import os
 from unittest import mock
 
 import pyarrow.parquet as pq
+import pytest
 import torch
 
 from detrun.digest import tensor_digest
@@ -74,7 +75,7 @@ _INT = {2: torch.int16, 4: torch.int32}
 def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     """Flip the lowest bit of element 0 of one stored output; rewrite its blob and row. Returns the row."""
     for path in store.row_files(run_id):
-        table = pq.read_table(path)
+        table = pq.read_table(path, filesystem=store.fs)
         rows = table.to_pylist()
         for row in rows:
             if row["status"] == "ok" and match(row):
@@ -91,9 +92,26 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     raise AssertionError("no row matched")
 
 
+def cli_main(capsys, *args):
+    """(exit code, stdout, stderr) of detrun's main(args) in this process."""
+    from detrun.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out = capsys.readouterr()
+    return exit_.value.code, out.out, out.err
+
+
+def one_line(err: str) -> str:
+    """The one non-blank line of err (fails the test if there are more)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
 def drop_row(store: RunStore, run_id: str, match) -> dict:
     for path in store.row_files(run_id):
-        rows = pq.read_table(path).to_pylist()
+        rows = pq.read_table(path, filesystem=store.fs).to_pylist()
         keep = [r for r in rows if not match(r)]
         if len(keep) < len(rows):
             shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
