@@ -1,14 +1,16 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
-Layout of a run under the runs root (a local path or any pyarrow.fs URI):
+Layout of a run under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
   <run_id>/manifest.json            the spec it ran, GPU slots, status
   <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
   <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
-  baselines/<fingerprint>.json      the golden run of one environment fingerprint (baseline.py)
+  baselines/<spec>/<fingerprint>.json the golden run of one environment fingerprint (baseline.py)
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import posixpath
@@ -24,6 +26,7 @@ import pyarrow.parquet as pq
 
 from .errors import DetrunError
 from .paths import check_writable_dir
+from .signals import held
 
 SCHEMA = pa.schema(
     [
@@ -91,6 +94,7 @@ def make_row(**fields) -> Dict[str, object]:
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RESERVED = ("baselines",)  # folders of the root itself
 _MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
 
 
@@ -99,6 +103,8 @@ def check_run_id(run_id: str, option: str = "run id") -> str:
     if not RUN_ID.fullmatch(run_id):
         raise DetrunError(f"{option} {run_id!r}: a run id must match ^{RUN_ID.pattern}$ "
                           "(one name under the runs root)")
+    if run_id in RESERVED:
+        raise DetrunError(f"{option} {run_id!r}: the runs root keeps its own {run_id}/ folder; pick another run id")
     return run_id
 
 
@@ -107,16 +113,58 @@ def new_run_id(name: str) -> str:
     return f"{name}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
+# Object stores: an object appears whole when its upload completes, and a rename is a copy and a delete.
+_OBJECT_STORES = tuple(getattr(pafs, n) for n in ("S3FileSystem", "GcsFileSystem") if hasattr(pafs, n))
+_AUTH = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN")
+
+
+@contextlib.contextmanager
+def storage_errors(root: str):
+    """An OSError of the filesystem (S3's "AWS Error ...", a full disk) as one DetrunError naming root."""
+    try:
+        yield
+    except OSError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        line = re.sub(r"\s*\(Request ID: [^)]*\)", "", lines[0])
+        hint = ("; check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                if any(code in line for code in _AUTH) else "")
+        raise DetrunError(f"runs root {root}: {line}{hint}") from None
+
+
+def _guarded(cls):
+    """Every public method of cls runs under storage_errors(self.root)."""
+
+    def guard(fn):
+        @functools.wraps(fn)
+        def method(self, *args, **kwargs):
+            with storage_errors(self.root):
+                return fn(self, *args, **kwargs)
+
+        return method
+
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not name.startswith("_"):
+            setattr(cls, name, guard(fn))
+    return cls
+
+
+@_guarded
 class RunStore:
-    """A runs root: create runs, write shards and blobs atomically, read them back."""
+    """A runs root: create runs, write shards and blobs atomically, read them back. A storage error
+    (wrong credentials, a missing bucket, a full disk) is one DetrunError naming the root."""
 
     def __init__(self, root: str):
-        if "://" in root:
-            self.fs, self.base = pafs.FileSystem.from_uri(root)
-        else:
-            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
         self.root = root
-        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        with storage_errors(root):
+            if "://" in root:
+                self.fs, self.base = pafs.FileSystem.from_uri(root)
+            else:
+                self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
+            self.local = isinstance(self.fs, pafs.LocalFileSystem)
+            self.object_store = isinstance(self.fs, _OBJECT_STORES)
+            bucket = self.base.split("/", 1)[0]
+            if self.object_store and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise DetrunError(f"runs root {root}: bucket {bucket!r} does not exist")
 
     def check_writable(self, option: str = "--runs-root") -> None:
         """A local root must take new files (DetrunError naming option); a remote one is not checked."""
@@ -127,11 +175,27 @@ class RunStore:
         return posixpath.join(self.base, *parts)
 
     def _write_atomic(self, path: str, data: bytes) -> None:
+        """Put data at path whole or not at all; the bytes are complete before anything is opened.
+
+        An object store gets one upload to path: the object appears when it completes (a rename there
+        would be a copy and a delete, and a crash between them would leave a .tmp- object behind). Ctrl-C
+        and SIGTERM wait for it, since a stream closed early, even by an exception, completes the upload.
+        A filesystem gets a tmp file renamed over path (atomic), the tmp removed if the write fails.
+        """
+        if self.object_store:
+            with held(), self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
         self.fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, path)
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise
 
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
