@@ -272,7 +272,7 @@ class _ShardRun:
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
         got = time.perf_counter()
-        self.store.write_blobs(self.run_id, out["blobs"])
+        self.store.write_blobs(out["blobs"])
         self.store.write_rows(self.run_id, shard.shard_id, out["rows"])
         driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
                   "get_s": got - start, "write_s": time.perf_counter() - got}

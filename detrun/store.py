@@ -1,9 +1,11 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
-Layout of a run under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
-  <run_id>/manifest.json            the spec it ran, GPU slots, status
-  <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
-  <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
+Layout under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
+  <run_id>/manifest.json              the spec it ran, GPU slots, status
+  <run_id>/rows/part-<shard>.parquet  one file per shard; a retried shard replaces its file. Its digest
+                                      columns are the run's references to blobs
+  blobs/<digest[:2]>/<digest>.bin     raw bytes of a tensor, one copy per digest for every run
+  <run_id>/blobs/<digest>.bin         the same, in runs written before blobs were shared (still read)
   baselines/<spec>/<fingerprint>.json the golden run of one environment fingerprint (baseline.py)
 """
 
@@ -17,7 +19,7 @@ import posixpath
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -94,7 +96,8 @@ def make_row(**fields) -> Dict[str, object]:
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-RESERVED = ("baselines",)  # folders of the root itself
+RESERVED = ("blobs", "baselines")  # folders of the root itself
+DIGEST = re.compile(r"[0-9a-f]{8,128}")
 _MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
 
 
@@ -360,20 +363,39 @@ class RunStore:
         files = [f for run_id in runs for f in self.row_files(run_id)]
         return pads.dataset(files, schema=SCHEMA, format="parquet", filesystem=self.fs)
 
-    # -- blobs
-    def write_blobs(self, run_id: str, blobs: Dict[str, bytes]) -> None:
+    # -- blobs: one copy per digest under the root; a run's rows name the digests it uses
+    def _blob(self, digest: str) -> str:
+        if not DIGEST.fullmatch(digest):
+            raise ValueError(f"not a digest: {digest!r}")
+        return self._p("blobs", digest[:2], f"{digest}.bin")
+
+    def write_blobs(self, blobs: Dict[str, bytes]) -> int:
+        """Store each tensor's bytes once for all runs: a digest already there (with as many bytes) is
+        skipped. Returns how many were written. Writers of one digest at once write the same bytes,
+        each whole (_write_atomic), so whichever lands last leaves the same file."""
+        written = 0
         for digest, data in blobs.items():
-            path = self._p(run_id, "blobs", f"{digest}.bin")
-            if not self._exists(path):
+            path = self._blob(digest)
+            info = self.fs.get_file_info(path)
+            if info.type != pafs.FileType.File or info.size != len(data):
                 self._write_atomic(path, data)
+                written += 1
+        return written
 
     def read_blob(self, run_ids: Iterable[str], digest: str) -> Optional[bytes]:
-        for run_id in run_ids:
-            path = self._p(run_id, "blobs", f"{digest}.bin")
+        """A tensor's bytes: from the root's shared blobs, else from a run's own (older runs); None if absent."""
+        if not DIGEST.fullmatch(digest):  # a row names it: never a path outside the blobs
+            return None
+        for path in [self._blob(digest)] + [self._p(r, "blobs", f"{digest}.bin") for r in run_ids]:
             if self._exists(path):
                 with self.fs.open_input_stream(path) as f:
                     return f.read()
         return None
+
+    def blob_refs(self, run_id: str) -> Set[str]:
+        """The digests a run's rows reference (its claim on the shared blobs; rows hold them per shard)."""
+        table = self.dataset([run_id]).to_table(columns=["out_digest", "lse_digest"])
+        return {d for column in table.columns for d in column.to_pylist() if d}
 
 
 class RunSet:

@@ -62,7 +62,7 @@ def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
     for shard in shards(spec, gpus):
         with mock.patch.dict(os.environ, spec.env):  # what runtime_env does for a Ray task
             out = run_shard(spec.model_dump(mode="json"), shard, run_id)
-        store.write_blobs(run_id, out["blobs"])
+        store.write_blobs(out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
     store.finish_run(run_id, "complete")
     return run_id
@@ -85,7 +85,7 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
                 t = torch.frombuffer(raw, dtype=_INT[torch.empty(0, dtype=dtype).element_size()])
                 t = t.view(dtype).reshape(row["out_shape"])
                 row["out_digest"] = tensor_digest(t)
-                store.write_blobs(run_id, {row["out_digest"]: bytes(raw)})
+                store.write_blobs({row["out_digest"]: bytes(raw)})
                 shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
                 store.write_rows(run_id, shard, rows)
                 return row

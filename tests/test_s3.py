@@ -56,6 +56,8 @@ def test_submit_compare_and_resume_on_s3(ray_2gpu, s3, s3_root, tmp_path):
     assert resumed.exit_code == 0 and "resumed: 1 shard(s) run" in resumed.output, resumed.output
     keys = s3.keys(_bucket(s3_root))
     assert [k for k in keys if "/rows/" in k] == parts and _in_place(keys)
+    blobs = {k.rsplit("/", 1)[1][:-len(".bin")] for k in keys if k.startswith("runs/blobs/")}
+    assert blobs == RunStore(s3_root).blob_refs("r1")  # one per digest the run names, shared by its shards
     assert RunStore(s3_root).manifest("r1")["status"] == "complete"
     assert "shards missing: 0" in cli.invoke(app, ["status", "r1", *rr]).output
 
