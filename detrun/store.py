@@ -177,6 +177,11 @@ class RunStore:
     def _p(self, *parts: str) -> str:
         return posixpath.join(self.base, *parts)
 
+    def where(self, *parts: str) -> str:
+        """The root as given, joined with parts (a URI's ?query stays at the end), for messages."""
+        head, sep, query = self.root.partition("?")
+        return posixpath.join(head, *parts) + sep + query
+
     def _write_atomic(self, path: str, data: bytes) -> None:
         """Put data at path whole or not at all; the bytes are complete before anything is opened.
 

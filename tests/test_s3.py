@@ -42,6 +42,7 @@ def test_submit_compare_and_resume_on_s3(ray_2gpu, s3, s3_root, tmp_path):
     cli, rr = CliRunner(), ["--runs-root", s3_root]
     out = cli.invoke(app, ["submit", str(job), "--gpus", "2", "--run-id", "r1", *rr])
     assert out.exit_code == 0 and "REPRODUCIBLE" in out.output, out.output
+    assert f"stored under s3://{_bucket(s3_root)}/runs/r1?endpoint_override=" in out.output
     keys = s3.keys(_bucket(s3_root))
     parts = [k for k in keys if "/rows/" in k]
     assert parts == ["runs/r1/rows/part-g0-r0-0.parquet", "runs/r1/rows/part-g1-r0-0.parquet"]
