@@ -122,11 +122,11 @@ _AUTH = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "
 
 
 @contextlib.contextmanager
-def storage_errors(root: str):
+def storage_errors(root: str, kinds: Tuple[type, ...] = (OSError,)):
     """An OSError of the filesystem (S3's "AWS Error ...", a full disk) as one DetrunError naming root."""
     try:
         yield
-    except OSError as exc:
+    except kinds as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         line = re.sub(r"\s*\(Request ID: [^)]*\)", "", lines[0])
         hint = ("; check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
@@ -158,7 +158,7 @@ class RunStore:
 
     def __init__(self, root: str):
         self.root = root
-        with storage_errors(root):
+        with storage_errors(root, (OSError, pa.ArrowInvalid)):  # ArrowInvalid: a URI pyarrow cannot read
             if "://" in root:
                 self.fs, self.base = pafs.FileSystem.from_uri(root)
             else:

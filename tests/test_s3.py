@@ -73,6 +73,12 @@ def test_a_missing_bucket_is_one_line(s3, capsys):
     assert cli_main(capsys, "list", "--runs-root", s3.uri(s3.bucket()))[0] == 0  # an empty bucket is no error
 
 
+def test_a_uri_pyarrow_cannot_read_is_one_line(capsys):
+    code, _, err = cli_main(capsys, "list", "--runs-root", "foo://x/runs")
+    assert code == 2
+    assert one_line(err) == "detrun: error: runs root foo://x/runs: Unrecognized filesystem type in URI: foo://x/runs"
+
+
 def test_submit_to_a_missing_bucket_fails_before_ray(s3, capsys, monkeypatch, tmp_path):
     monkeypatch.setattr("detrun.runner.connect", lambda *a, **k: pytest.fail("Ray was started"))
     job = tmp_path / "job.yaml"
