@@ -134,6 +134,14 @@ def storage_errors(root: str, kinds: Tuple[type, ...] = (OSError,)):
         raise DetrunError(f"runs root {root}: {line}{hint}") from None
 
 
+def _one_put(uri: str) -> str:
+    """An s3:// URI with allow_delayed_open (unless it says otherwise): pyarrow then writes an object of
+    less than a part (10 MB) with one PutObject, not a multipart upload of three requests."""
+    if not uri.startswith("s3://") or "allow_delayed_open=" in uri:
+        return uri
+    return uri + ("&" if "?" in uri else "?") + "allow_delayed_open=true"
+
+
 def _guarded(cls):
     """Every public method of cls runs under storage_errors(self.root)."""
 
@@ -160,7 +168,7 @@ class RunStore:
         self.root = root
         with storage_errors(root, (OSError, pa.ArrowInvalid)):  # ArrowInvalid: a URI pyarrow cannot read
             if "://" in root:
-                self.fs, self.base = pafs.FileSystem.from_uri(root)
+                self.fs, self.base = pafs.FileSystem.from_uri(_one_put(root))
             else:
                 self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
             self.local = isinstance(self.fs, pafs.LocalFileSystem)

@@ -1,6 +1,9 @@
 """An s3:// runs root on a local S3 server (moto, tests/s3server.py): submit and resume through the CLI,
 the endpoint in the URI or in AWS_ENDPOINT_URL, and wrong credentials or a missing bucket in one line."""
 
+import logging
+import re
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -33,6 +36,17 @@ def test_the_endpoint_in_the_uri_or_the_environment(s3, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the AWS SDKs' variable: a plain s3:// root
     plain = RunStore(f"s3://{bucket}/runs")
     assert plain.list_runs() == ["r1"] and plain.manifest("r1")["status"] == "complete"
+
+
+def test_each_object_is_one_put(s3, s3_root, caplog):
+    store = RunStore(s3_root)
+    caplog.set_level(logging.INFO, logger="werkzeug")  # moto's server logs each request it serves
+    store.write_json("r1/manifest.json", {"run_id": "r1"})
+    store.write_blobs({"ab" * 16: b"x" * (1 << 20)})
+    store.write_blobs({"ab" * 16: b"x" * (1 << 20)})  # there already: not written again
+    bucket = _bucket(s3_root)
+    writes = [m.group(1, 2) for r in caplog.records if (m := re.search(r'"(PUT|POST|DELETE) (\S+) HTTP', r.getMessage()))]
+    assert writes == [("PUT", f"/{bucket}/runs/r1/manifest.json"), ("PUT", f"/{bucket}/runs/blobs/ab/{'ab' * 16}.bin")]
 
 
 @pytest.mark.slow
