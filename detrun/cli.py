@@ -195,7 +195,7 @@ def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], a
             result = runner.submit(spec, store, slots, spec_path, run_id, options=options, manifest_extra=extra)
     verb = f"resumed: {result.shards_run} shard(s) run" if resume else f"{slots} GPU(s)"
     print(f"run {result.run_id}: {verb}, {time.perf_counter() - started:.1f} s, "
-          f"stored under {store.root}/{result.run_id}")
+          f"stored under {store.where(result.run_id)}")
     for failure in result.failures:
         print(f"task failed: {failure}", file=sys.stderr)
     raise typer.Exit(_compare_and_print(store, [result.run_id], checks, junit))

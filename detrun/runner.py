@@ -33,9 +33,9 @@ NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
 # Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
 TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
 TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
-# An isolated cell's task gets this long beyond isolation.cell_timeout_s (process start, imports) before
-# it is cancelled; its own watchdog normally ends it first.
-ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "120"))
+# An isolated cell's task gets this long beyond isolation.cell_timeout_s (worker start, imports) before
+# the driver cancels it as hung.
+ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "60"))
 # A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
 # a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
 LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
@@ -65,18 +65,20 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str) -> dict:
 
 @ray.remote(num_gpus=1, max_retries=0)
 def cell_task(spec_data: dict, item: Isolated, run_id: str) -> dict:
-    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result."""
-    return _run(spec_data, item.shard, run_id, [item.cell], item.force)
+    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result
+    (the driver cancels it after isolation.cell_timeout_s and the grace, so it knows a hang for one)."""
+    return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False)
 
 
-def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False) -> dict:
+def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False,
+         watchdog: bool = True) -> dict:
     entered, start = time.time(), time.perf_counter()
     from .worker import run_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
     _test_hooks()
     return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()},
-                     {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog=True)
+                     {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog)
 
 
 def local_gpu_count() -> int:
@@ -256,30 +258,30 @@ class _ShardRun:
         return self.result
 
     def _loop(self, pg) -> None:
-        env = {"env_vars": dict(self.spec.env)}
+        self.pg, self.env = pg, {"env_vars": dict(self.spec.env)}
         for bundle in self.queues:
-            self._launch(pg, bundle, env)
+            self._launch(bundle)
         while self.pending:
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
             for ref in done:
                 item, bundle, started = self.pending.pop(ref)
                 if isinstance(item, Isolated):
-                    self._collect_cell(ref, item, time.monotonic() - started)
+                    self._collect_cell(ref, item)
                 else:
                     self._collect(ref, item, bundle)
-                self._launch(pg, bundle, env)
+                self._launch(bundle)
             self._expire()
             self._give_up_lost_bundles(pg)
             if self.options.on_progress:
                 self.options.on_progress(self.finished, self.total)
 
-    def _launch(self, pg, bundle: int, env: dict) -> None:
+    def _launch(self, bundle: int) -> None:
         if not self.queues[bundle]:
             return
         item = self.queues[bundle].popleft()
-        strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle)
+        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
         remote = cell_task if isinstance(item, Isolated) else shard_task
-        task = remote.options(scheduling_strategy=strategy, runtime_env=env, num_cpus=self.cpus)
+        task = remote.options(scheduling_strategy=strategy, runtime_env=self.env, num_cpus=self.cpus)
         name = item.task_id if isinstance(item, Isolated) else item.shard_id
         self.submitted_unix[name] = time.time()
         self.pending[task.remote(self.spec_data, item, self.run_id)] = (item, bundle, time.monotonic())
@@ -316,7 +318,7 @@ class _ShardRun:
 
     def _write(self, shard: Shard, rows: List[dict], blobs: Dict[str, bytes], timings: dict, note: str) -> None:
         start = time.perf_counter()
-        self.store.write_blobs(self.run_id, blobs)
+        self.store.write_blobs(blobs)
         self.store.write_rows(self.run_id, shard.shard_id, rows)
         timings.setdefault("driver", {})["write_s"] = time.perf_counter() - start
         self.store.write_timings(self.run_id, shard.shard_id, timings)
@@ -344,18 +346,20 @@ class _ShardRun:
         print(f"shard {shard.shard_id}: {len(items)} cell(s) run alone in isolated workers "
               f"({items[0].kind}: {items[0].reason})", file=sys.stderr)
 
-    def _collect_cell(self, ref: ray.ObjectRef, item: Isolated, took: float) -> None:
+    def _collect_cell(self, ref: ray.ObjectRef, item: Isolated) -> None:
         blobs, timings = {}, None
         try:
             out = ray.get(ref)
             rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
         except ray.exceptions.RayError as exc:
-            limit = self.spec.isolation.cell_timeout_s
-            what = (f"hung: no result after {limit:g} s, its worker was ended" if took >= limit
-                    else f"its process died ({type(exc).__name__}: {failure_line(exc)})")
-            rows = lost_rows(self.spec, self.run_id, item, what)
+            rows = lost_rows(self.spec, self.run_id, item,
+                             f"its process died ({type(exc).__name__}: {failure_line(exc)})")
         if timings:
             self.store.write_timings(self.run_id, item.task_id, timings)
+        self._settled(item, rows, blobs)
+
+    def _settled(self, item: Isolated, rows: List[dict], blobs: Optional[Dict[str, bytes]] = None) -> None:
+        """An isolated cell has its rows; a known bug's outcome decides its waiting cells."""
         if item.force:
             for other in self.bugs.resolve(item, reproduced(rows)):
                 bundle = self.parked.pop(other)
@@ -395,11 +399,13 @@ class _ShardRun:
         isolated cells (whose rows then say they hung)."""
         now, limit = time.monotonic(), self.options.task_timeout
         cell_limit = self.spec.isolation.cell_timeout_s + ISOLATION_GRACE_S
-        for ref, (item, _, started) in list(self.pending.items()):
+        for ref, (item, bundle, started) in list(self.pending.items()):
             if isinstance(item, Isolated) and now - started > cell_limit:
                 self.pending.pop(ref)
                 ray.cancel(ref, force=True)
-                self._fill(item, lost_rows(self.spec, self.run_id, item, f"hung: cancelled after {cell_limit:g} s"))
+                self._settled(item, lost_rows(self.spec, self.run_id, item, f"hung: no result after {cell_limit:g} s "
+                                              "(cell timeout and worker start), its worker was ended"))
+                self._launch(bundle)
             elif limit and not isinstance(item, Isolated) and now - started > limit:
                 self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
 

@@ -1,21 +1,25 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
-Layout of a run under the runs root (a local path or any pyarrow.fs URI):
-  <run_id>/manifest.json            the spec it ran, GPU slots, status
-  <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
-  <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
-  baselines/<fingerprint>.json      the golden run of one environment fingerprint (baseline.py)
+Layout under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
+  <run_id>/manifest.json              the spec it ran, GPU slots, status
+  <run_id>/rows/part-<shard>.parquet  one file per shard; a retried shard replaces its file. Its digest
+                                      columns are the run's references to blobs
+  blobs/<digest[:2]>/<digest>.bin     raw bytes of a tensor, one copy per digest for every run
+  <run_id>/blobs/<digest>.bin         the same, in runs written before blobs were shared (still read)
+  baselines/<spec>/<fingerprint>.json the golden run of one environment fingerprint (baseline.py)
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import posixpath
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -24,6 +28,7 @@ import pyarrow.parquet as pq
 
 from .errors import DetrunError
 from .paths import check_writable_dir
+from .signals import held
 
 SCHEMA = pa.schema(
     [
@@ -91,6 +96,8 @@ def make_row(**fields) -> Dict[str, object]:
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+RESERVED = ("blobs", "baselines")  # folders of the root itself
+DIGEST = re.compile(r"[0-9a-f]{8,128}")
 _MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
 
 
@@ -99,6 +106,8 @@ def check_run_id(run_id: str, option: str = "run id") -> str:
     if not RUN_ID.fullmatch(run_id):
         raise DetrunError(f"{option} {run_id!r}: a run id must match ^{RUN_ID.pattern}$ "
                           "(one name under the runs root)")
+    if run_id in RESERVED:
+        raise DetrunError(f"{option} {run_id!r}: the runs root keeps its own {run_id}/ folder; pick another run id")
     return run_id
 
 
@@ -107,16 +116,66 @@ def new_run_id(name: str) -> str:
     return f"{name}-{stamp}-{uuid.uuid4().hex[:4]}"
 
 
+# Object stores: an object appears whole when its upload completes, and a rename is a copy and a delete.
+_OBJECT_STORES = tuple(getattr(pafs, n) for n in ("S3FileSystem", "GcsFileSystem") if hasattr(pafs, n))
+_AUTH = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN")
+
+
+@contextlib.contextmanager
+def storage_errors(root: str, kinds: Tuple[type, ...] = (OSError,)):
+    """An OSError of the filesystem (S3's "AWS Error ...", a full disk) as one DetrunError naming root."""
+    try:
+        yield
+    except kinds as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
+        line = re.sub(r"\s*\(Request ID: [^)]*\)", "", lines[0])
+        hint = ("; check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+                if any(code in line for code in _AUTH) else "")
+        raise DetrunError(f"runs root {root}: {line}{hint}") from None
+
+
+def _one_put(uri: str) -> str:
+    """An s3:// URI with allow_delayed_open (unless it says otherwise): pyarrow then writes an object of
+    less than a part (10 MB) with one PutObject, not a multipart upload of three requests."""
+    if not uri.startswith("s3://") or "allow_delayed_open=" in uri:
+        return uri
+    return uri + ("&" if "?" in uri else "?") + "allow_delayed_open=true"
+
+
+def _guarded(cls):
+    """Every public method of cls runs under storage_errors(self.root)."""
+
+    def guard(fn):
+        @functools.wraps(fn)
+        def method(self, *args, **kwargs):
+            with storage_errors(self.root):
+                return fn(self, *args, **kwargs)
+
+        return method
+
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not name.startswith("_"):
+            setattr(cls, name, guard(fn))
+    return cls
+
+
+@_guarded
 class RunStore:
-    """A runs root: create runs, write shards and blobs atomically, read them back."""
+    """A runs root: create runs, write shards and blobs atomically, read them back. A storage error
+    (wrong credentials, a missing bucket, a full disk) is one DetrunError naming the root."""
 
     def __init__(self, root: str):
-        if "://" in root:
-            self.fs, self.base = pafs.FileSystem.from_uri(root)
-        else:
-            self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
         self.root = root
-        self.local = isinstance(self.fs, pafs.LocalFileSystem)
+        with storage_errors(root, (OSError, pa.ArrowInvalid)):  # ArrowInvalid: a URI pyarrow cannot read
+            if "://" in root:
+                self.fs, self.base = pafs.FileSystem.from_uri(_one_put(root))
+            else:
+                self.fs, self.base = pafs.LocalFileSystem(), os.path.abspath(root)
+            self.local = isinstance(self.fs, pafs.LocalFileSystem)
+            self.object_store = isinstance(self.fs, _OBJECT_STORES)
+            bucket = self.base.split("/", 1)[0]
+            if self.object_store and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+                raise DetrunError(f"runs root {root}: bucket {bucket!r} does not exist")
 
     def check_writable(self, option: str = "--runs-root") -> None:
         """A local root must take new files (DetrunError naming option); a remote one is not checked."""
@@ -126,12 +185,33 @@ class RunStore:
     def _p(self, *parts: str) -> str:
         return posixpath.join(self.base, *parts)
 
+    def where(self, *parts: str) -> str:
+        """The root as given, joined with parts (a URI's ?query stays at the end), for messages."""
+        head, sep, query = self.root.partition("?")
+        return posixpath.join(head, *parts) + sep + query
+
     def _write_atomic(self, path: str, data: bytes) -> None:
+        """Put data at path whole or not at all; the bytes are complete before anything is opened.
+
+        An object store gets one upload to path: the object appears when it completes (a rename there
+        would be a copy and a delete, and a crash between them would leave a .tmp- object behind). Ctrl-C
+        and SIGTERM wait for it, since a stream closed early, even by an exception, completes the upload.
+        A filesystem gets a tmp file renamed over path (atomic), the tmp removed if the write fails.
+        """
+        if self.object_store:
+            with held(), self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
         self.fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open_output_stream(tmp) as out:
-            out.write(data)
-        self.fs.move(tmp, path)
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            self.fs.move(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(tmp)
+            raise
 
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
@@ -296,20 +376,39 @@ class RunStore:
         files = [f for run_id in runs for f in self.row_files(run_id)]
         return pads.dataset(files, schema=SCHEMA, format="parquet", filesystem=self.fs)
 
-    # -- blobs
-    def write_blobs(self, run_id: str, blobs: Dict[str, bytes]) -> None:
+    # -- blobs: one copy per digest under the root; a run's rows name the digests it uses
+    def _blob(self, digest: str) -> str:
+        if not DIGEST.fullmatch(digest):
+            raise ValueError(f"not a digest: {digest!r}")
+        return self._p("blobs", digest[:2], f"{digest}.bin")
+
+    def write_blobs(self, blobs: Dict[str, bytes]) -> int:
+        """Store each tensor's bytes once for all runs: a digest already there (with as many bytes) is
+        skipped. Returns how many were written. Writers of one digest at once write the same bytes,
+        each whole (_write_atomic), so whichever lands last leaves the same file."""
+        written = 0
         for digest, data in blobs.items():
-            path = self._p(run_id, "blobs", f"{digest}.bin")
-            if not self._exists(path):
+            path = self._blob(digest)
+            info = self.fs.get_file_info(path)
+            if info.type != pafs.FileType.File or info.size != len(data):
                 self._write_atomic(path, data)
+                written += 1
+        return written
 
     def read_blob(self, run_ids: Iterable[str], digest: str) -> Optional[bytes]:
-        for run_id in run_ids:
-            path = self._p(run_id, "blobs", f"{digest}.bin")
+        """A tensor's bytes: from the root's shared blobs, else from a run's own (older runs); None if absent."""
+        if not DIGEST.fullmatch(digest):  # a row names it: never a path outside the blobs
+            return None
+        for path in [self._blob(digest)] + [self._p(r, "blobs", f"{digest}.bin") for r in run_ids]:
             if self._exists(path):
                 with self.fs.open_input_stream(path) as f:
                     return f.read()
         return None
+
+    def blob_refs(self, run_id: str) -> Set[str]:
+        """The digests a run's rows reference (its claim on the shared blobs; rows hold them per shard)."""
+        table = self.dataset([run_id]).to_table(columns=["out_digest", "lse_digest"])
+        return {d for column in table.columns for d in column.to_pylist() if d}
 
 
 class RunSet:

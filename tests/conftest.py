@@ -27,3 +27,30 @@ def store(tmp_path):
     from detrun.store import RunStore
 
     return RunStore(str(tmp_path / "runs"))
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A local S3 server (tests/s3server.py) with fake credentials in the environment, for the session."""
+    from tests.s3server import FAKE_ENV, UNSET_ENV, LocalS3
+
+    with pytest.MonkeyPatch.context() as env:
+        for name in UNSET_ENV:
+            env.delenv(name, raising=False)
+        for name, value in FAKE_ENV.items():
+            env.setenv(name, value)
+        server = LocalS3()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def s3_root(s3):
+    """An s3:// runs root in a new bucket of the local S3."""
+    return s3.uri(s3.bucket())
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_root(request, tmp_path):
+    """A runs root on the local disk, then one on the local S3: the same test against each."""
+    return str(tmp_path / "runs") if request.param == "local" else request.getfixturevalue("s3_root")

@@ -7,6 +7,7 @@ import os
 from unittest import mock
 
 import pyarrow.parquet as pq
+import pytest
 import torch
 
 from detrun.digest import tensor_digest
@@ -62,7 +63,7 @@ def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
         with mock.patch.dict(os.environ, spec.env):  # what runtime_env does for a Ray task
             out = run_shard(spec.model_dump(mode="json"), shard, run_id)
         assert not out["deferred"], "cells for isolated workers need Ray (runner.submit)"
-        store.write_blobs(run_id, out["blobs"])
+        store.write_blobs(out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
     store.finish_run(run_id, "complete")
     return run_id
@@ -75,7 +76,7 @@ _INT = {2: torch.int16, 4: torch.int32}
 def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     """Flip the lowest bit of element 0 of one stored output; rewrite its blob and row. Returns the row."""
     for path in store.row_files(run_id):
-        table = pq.read_table(path)
+        table = pq.read_table(path, filesystem=store.fs)
         rows = table.to_pylist()
         for row in rows:
             if row["status"] == "ok" and match(row):
@@ -85,16 +86,33 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
                 t = torch.frombuffer(raw, dtype=_INT[torch.empty(0, dtype=dtype).element_size()])
                 t = t.view(dtype).reshape(row["out_shape"])
                 row["out_digest"] = tensor_digest(t)
-                store.write_blobs(run_id, {row["out_digest"]: bytes(raw)})
+                store.write_blobs({row["out_digest"]: bytes(raw)})
                 shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
                 store.write_rows(run_id, shard, rows)
                 return row
     raise AssertionError("no row matched")
 
 
+def cli_main(capsys, *args):
+    """(exit code, stdout, stderr) of detrun's main(args) in this process."""
+    from detrun.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out = capsys.readouterr()
+    return exit_.value.code, out.out, out.err
+
+
+def one_line(err: str) -> str:
+    """The one non-blank line of err (fails the test if there are more)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
 def drop_row(store: RunStore, run_id: str, match) -> dict:
     for path in store.row_files(run_id):
-        rows = pq.read_table(path).to_pylist()
+        rows = pq.read_table(path, filesystem=store.fs).to_pylist()
         keep = [r for r in rows if not match(r)]
         if len(keep) < len(rows):
             shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")

@@ -15,28 +15,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from detrun.cli import app, main
+from detrun.cli import app
 from detrun.errors import DetrunError, Terminated
 from detrun.paths import write_output
 from detrun.store import RunStore
-from tests.helpers import flip_one_ulp, run_inline, small
+from tests.helpers import cli_main as _main, flip_one_ulp, one_line as _one_line, run_inline, small
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(modes=["eager"], repeats=2)
-
-
-def _main(capsys, *args):
-    """(exit code, stdout, stderr) of main(args) in this process."""
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out = capsys.readouterr()
-    return exit_.value.code, out.out, out.err
-
-
-def _one_line(err: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

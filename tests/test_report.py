@@ -153,13 +153,12 @@ def test_report_renders_in_chromium(store, tmp_path):
     assert _count_colour(pixels, COLOURS["n/a"]) > 10 * cell_px
 
 
-def test_cli_nightly_commands(tmp_path):
-    root = tmp_path / "runs"
-    store = RunStore(str(root))
+def test_cli_nightly_commands(tmp_path, any_root):
+    store = RunStore(any_root)
     for name in ("n1", "n2", "n3"):
         run_inline(store, small(**TINY), name)
     flip_one_ulp(store, "n3", _target)
-    cli, rr = CliRunner(), ["--runs-root", str(root)]
+    cli, rr = CliRunner(), ["--runs-root", any_root]
     assert "no baselines" in cli.invoke(app, ["baseline", "show", *rr]).output
     assert cli.invoke(app, ["baseline", "set", "n3", *rr]).exit_code == 2  # it fails on its own
     out = cli.invoke(app, ["baseline", "set", "n1", *rr])
@@ -172,6 +171,7 @@ def test_cli_nightly_commands(tmp_path):
     bad = cli.invoke(app, ["compare", "n3", "--baseline", "--junit", str(junit), *rr])
     # the run and batch claims, and target's run and batch comparisons
     assert bad.exit_code == 1 and int(ET.parse(junit).getroot().get("failures")) == 4
+    assert "max ULP 1" in bad.output  # the flipped tensor's bytes were read back from the root
     assert cli.invoke(app, ["compare", "n2", "n3", "--baseline", *rr]).exit_code == 2
     hist = cli.invoke(app, ["history", *rr])
     assert hist.exit_code == 0 and "first differs at run 3 (n3)" in hist.output

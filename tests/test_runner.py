@@ -67,7 +67,8 @@ def test_cli_submit_passes_and_stores_parquet(ray_2gpu, tmp_path):
     out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--runs-root", str(tmp_path / "runs")])
     assert out.exit_code == 0, out.output
     assert "REPRODUCIBLE" in out.output
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    blobs, run_dir = sorted((tmp_path / "runs").iterdir())  # the shared blobs beside the run
+    assert blobs.name == "blobs" and list(blobs.glob("*/*.bin")) and not (run_dir / "blobs").exists()
     assert list((run_dir / "rows").glob("part-*.parquet"))
     again = CliRunner().invoke(app, ["compare", run_dir.name, "--runs-root", str(tmp_path / "runs")])
     assert again.exit_code == 0
