@@ -1,7 +1,7 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
 Layout of a run under the runs root (a local path or any pyarrow.fs URI):
-  <run_id>/manifest.json            the spec it ran, GPU slots, status
+  <run_id>/manifest.json            the spec it ran, GPU slots, status, the driver's heartbeat
   <run_id>/rows/part-<shard>.parquet one file per shard; a retried shard replaces its file
   <run_id>/blobs/<digest>.bin       raw bytes of the first tensor seen with each digest
   baselines/<fingerprint>.json      the golden run of one environment fingerprint (baseline.py)
@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import DetrunError
+from .heartbeat import driver_record
 from .paths import check_writable_dir
 
 SCHEMA = pa.schema(
@@ -175,6 +176,7 @@ class RunStore:
             "gpus": gpus,
             "status": "running",
             "created": datetime.now(timezone.utc).isoformat(),
+            "driver": driver_record(),
             **extra,
         }
         self.write_manifest(manifest)
@@ -223,9 +225,16 @@ class RunStore:
         """Mark an existing run running again (resume), keeping a history of its resumptions."""
         manifest = self.manifest(run_id)
         stamp = datetime.now(timezone.utc).isoformat()
-        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], **extra)
+        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], driver=driver_record(),
+                        **extra)
         self.write_manifest(manifest)
         return manifest
+
+    def beat(self, run_id: str) -> None:
+        """Refresh the driver's heartbeat in a running run's manifest (heartbeat.py)."""
+        manifest = self.manifest(run_id)
+        manifest.update(driver=driver_record())
+        self.write_manifest(manifest)
 
     def write_timings(self, run_id: str, shard: str, doc: dict) -> None:
         """Where one shard's seconds went (stages.py); informational, never read by compare."""
