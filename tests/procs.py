@@ -56,6 +56,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def detrun(*args: str, env: Dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """`python3 -m detrun.cli ARGS` from the repository root."""
     return subprocess.run([sys.executable, "-m", "detrun.cli", *args], cwd=ROOT, env=env, capture_output=True,
@@ -65,31 +75,29 @@ def detrun(*args: str, env: Dict[str, str], timeout: float = 120) -> subprocess.
 class RayHead:
     """`ray start --head` with the dashboard on 127.0.0.1:<free port>, 1 fake GPU, 2 CPUs, in its own temp dir
     (short: Ray's socket paths must fit 107 bytes) and session; stop() ends that session (what
-    `ray stop --force` does, to this head only) and removes the temp dir."""
+    `ray stop --force` does, to this head only) and removes the temp dir. Ray's fixed default ports
+    (GCS 6379, client server 10001, job agent 52365) are free ones here: another Ray on this machine
+    holding them would leave this head without a job agent."""
 
     def __init__(self, env: Dict[str, str]):
-        self.port, self.env = free_port(), env
+        self.port, self.agent_port, client_port = free_port(), free_port(), free_port()
+        self.env, self.address = env, f"http://127.0.0.1:{self.port}"
         self.temp_dir = temp_dir = tempfile.mkdtemp(prefix="detrun-ray-", dir="/tmp")
-        self.address = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--include-dashboard=true",
-               "--dashboard-host=127.0.0.1", f"--dashboard-port={self.port}", "--num-gpus=1", "--num-cpus=2",
-               "--disable-usage-stats", f"--temp-dir={temp_dir}"]
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port=0",
+               "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.port}",
+               f"--dashboard-agent-listen-port={self.agent_port}", f"--ray-client-server-port={client_port}",
+               "--num-gpus=1", "--num-cpus=2", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
         self.proc = subprocess.Popen(cmd, cwd=temp_dir, env=env, start_new_session=True, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        """Until `ray start` returned 0 and the dashboard answers HTTP (any status: 401 is an answer)."""
+        """Until `ray start` returned 0 and the dashboard and the job agent answer HTTP (401 is an answer)."""
         out, _ = self.proc.communicate(timeout=timeout)
         assert self.proc.returncode == 0, out[-3000:]
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.address}/api/version", timeout=5).close()
-                return
-            except urllib.error.HTTPError:
-                return
-            except OSError:
-                assert time.monotonic() < deadline, f"the dashboard at {self.address} never answered"
+        for url in (f"{self.address}/api/version", f"http://127.0.0.1:{self.agent_port}/api/local_raylet_healthz"):
+            while not _answers(url):
+                assert time.monotonic() < deadline, f"{url} never answered"
                 time.sleep(0.5)
 
     def stop(self) -> None:
