@@ -340,15 +340,18 @@ def status(
     store = RunStore(runs_root)
     job = _submission(store, run, address)
     if store.has_run(run):
+        from .heartbeat import run_state
         from .runner import missing_shards
 
         m = store.manifest(run)
         _, missing = missing_shards(store, run)
-        print(f"run {run}: {m.get('status')}, gpus={m.get('gpus')}, shards missing: {len(missing)}"
+        state = run_state(m)
+        stale = state != m.get("status")  # running, but its driver stopped beating
+        print(f"run {run}: {state}, gpus={m.get('gpus')}, shards missing: {len(missing)}"
               + (f" ({', '.join(s.shard_id for s in missing)})" if missing else ""))
         for failure in m.get("failures") or []:
             print(f"  failed: {failure}")
-        if missing and m.get("status") != "running":
+        if stale or (missing and state != "running"):
             print(f"  finish it with: detrun submit --resume {run} --runs-root {runs_root}")
     elif not job:
         raise DetrunError(f"no run {run!r} under {runs_root}")

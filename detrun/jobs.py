@@ -30,8 +30,10 @@ def _errors(address: str) -> Iterator[None]:
     """Ray's auth and connection errors as one DetrunError line."""
     try:
         yield
-    except AuthenticationError:
-        raise DetrunError(f"the Ray Jobs API at {address} requires authentication: {AUTH_HINT}") from None
+    except AuthenticationError as exc:  # Ray's message: "... Missing ..." or "... Invalid authentication token"
+        refused = "invalid" in str(getattr(exc, "message", "")).lower()
+        what = "refused the token (invalid or incorrect)" if refused else "requires authentication"
+        raise DetrunError(f"the Ray Jobs API at {address} {what}: {AUTH_HINT}") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if "auth" in first.lower() or "401" in first:

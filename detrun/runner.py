@@ -21,6 +21,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from . import heartbeat
 from .errors import AUTH_HINT, DetrunError, interruption
 from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced
 from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shard_rows, shards
@@ -238,7 +239,7 @@ class _ShardRun:
         pg = placement_group([self._bundle()] * len(self.queues), strategy="SPREAD")
         status, timings = "incomplete", {}
         try:
-            ready, _ = ray.wait([pg.ready()], timeout=PG_TIMEOUT_S)
+            ready = self._wait_placed(pg)
             if not ready:
                 raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
             timings["placement_group_s"] = time.perf_counter() - start
@@ -272,6 +273,7 @@ class _ShardRun:
                 self._launch(bundle)
             self._expire()
             self._give_up_lost_bundles(pg)
+            self._heartbeat()
             if self.options.on_progress:
                 self.options.on_progress(self.finished, self.total)
 
@@ -421,6 +423,24 @@ class _ShardRun:
                 for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
                     self._drop(ref, "its node died and no GPU was left to retry on", "its node died")
 
+    def _wait_placed(self, pg) -> bool:
+        """Wait up to PG_TIMEOUT_S for the placement group, beating the heartbeat meanwhile."""
+        ready, deadline = pg.ready(), time.monotonic() + PG_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            if ray.wait([ready], timeout=min(heartbeat.PERIOD_S, left))[0]:
+                return True
+            self._heartbeat()
+        return False
+
+    def _heartbeat(self) -> None:
+        """Refresh the manifest's driver heartbeat once a period (create_run or reopen_run wrote the first)."""
+        now = time.monotonic()
+        if now - vars(self).setdefault("_beat_at", now) >= heartbeat.PERIOD_S:
+            self._beat_at = now
+            try:
+                self.store.beat(self.run_id)
+            except DetrunError as exc:  # a missed beat only makes the run look stale sooner
+                print(f"detrun: heartbeat not written: {exc}", file=sys.stderr)
 
 def _shard_of(item: Union[Shard, Isolated]) -> Shard:
     return item.shard if isinstance(item, Isolated) else item

@@ -1,7 +1,7 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
 Layout under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
-  <run_id>/manifest.json              the spec it ran, GPU slots, status
+  <run_id>/manifest.json              the spec it ran, GPU slots, status, the driver's heartbeat
   <run_id>/rows/part-<shard>.parquet  one file per shard; a retried shard replaces its file. Its digest
                                       columns are the run's references to blobs
   blobs/<digest[:2]>/<digest>.bin     raw bytes of a tensor, one copy per digest for every run
@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .errors import DetrunError
+from .heartbeat import driver_record
 from .paths import check_writable_dir
 from .signals import held
 
@@ -255,6 +256,7 @@ class RunStore:
             "gpus": gpus,
             "status": "running",
             "created": datetime.now(timezone.utc).isoformat(),
+            "driver": driver_record(),
             **extra,
         }
         self.write_manifest(manifest)
@@ -303,9 +305,16 @@ class RunStore:
         """Mark an existing run running again (resume), keeping a history of its resumptions."""
         manifest = self.manifest(run_id)
         stamp = datetime.now(timezone.utc).isoformat()
-        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], **extra)
+        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], driver=driver_record(),
+                        **extra)
         self.write_manifest(manifest)
         return manifest
+
+    def beat(self, run_id: str) -> None:
+        """Refresh the driver's heartbeat in a running run's manifest (heartbeat.py)."""
+        manifest = self.manifest(run_id)
+        manifest.update(driver=driver_record())
+        self.write_manifest(manifest)
 
     def write_timings(self, run_id: str, shard: str, doc: dict) -> None:
         """Where one shard's seconds went (stages.py); informational, never read by compare."""

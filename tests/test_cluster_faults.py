@@ -131,34 +131,37 @@ def test_task_timeout_cancels_and_records_the_shard(cluster, tmp_path):
     assert store.manifest("slow")["status"] == "incomplete" and store.row_files("slow") == []
 
 
-def test_node_removed_mid_run_loses_no_shard_and_resume_finishes(cluster, tmp_path, monkeypatch):
+def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, tmp_path, monkeypatch):
+    """An H100 node dies while its bundle's first shard runs (each task sleeps 3 s; nothing has finished):
+    Ray cannot re-place the bundle (every GPU is in the placement group), so after the grace the runner
+    fails that shard and the one queued behind it; the other 4 shards are stored once; resume finishes."""
     c, h100 = cluster
-    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
-    removed = []
+    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="3")
+    removed_at = []
 
     def remove_a_busy_node(done, total):
-        """At the first finished shard every GPU still has a shard running or queued: kill one H100 node."""
-        if done and not removed:
+        if not removed_at:  # the first turn of the wait loop: every bundle's first shard is pending
             c.remove_node(h100[0], allow_graceful=False)
-            removed.append(h100[0].node_id)
+            removed_at.append(done)
 
     monkeypatch.setattr(runner, "NODE_LOSS_GRACE_S", 3.0)
-    options = runner.RunOptions(on_progress=remove_a_busy_node)
-    result = runner.submit(spec, store, 3, run_id="lost", options=options)
-    assert removed
-    manifest = store.manifest("lost")
-    stored = _rows(store, "lost")
-    assert all(n == 1 for n in Counter(r["key"] for r in stored).values())  # maybe none: all may be lost
+    result = runner.submit(spec, store, 3, run_id="lost", options=runner.RunOptions(on_progress=remove_a_busy_node))
+    assert removed_at == [0], "a shard finished before the node was removed"
     _, missing = runner.missing_shards(store, "lost")
-    if missing:  # the lost slot's shard could not be rescheduled: the run says so
-        assert manifest["status"] == "incomplete" and result.failures
-    else:  # it was retried elsewhere
-        assert manifest["status"] == "complete"
+    assert len(missing) == 2 and missing[0].slot == missing[1].slot
+    running, queued = sorted(s.shard_id for s in missing)  # g<slot>-r0-0 ran, g<slot>-r1-1 waited behind it
+    assert sorted(result.failures) == [f"shard {running}: its node died and no GPU was left to retry on",
+                                       f"shard {queued}: not run: its node died on {running}"]
+    manifest = store.manifest("lost")
+    assert manifest["status"] == "incomplete" and sorted(manifest["failures"]) == sorted(result.failures)
+    stored = _rows(store, "lost")
+    assert len({r["shard"] for r in stored}) == 4 and max(Counter(r["key"] for r in stored).values()) == 1
+    assert h100[0].node_id not in {r["node_id"] for r in stored}
 
     deadline = time.monotonic() + 30
     while runner.alive_gpus() != 2 and time.monotonic() < deadline:
         time.sleep(0.5)  # the GCS marks the node dead after its health checks fail
     assert runner.alive_gpus() == 2
-    runner.resume(store, "lost", runner.connect())
+    assert runner.resume(store, "lost", runner.connect()).shards_run == 2
     assert store.manifest("lost")["status"] == "complete"
     _assert_complete_and_unique(store, "lost", spec, 3)
