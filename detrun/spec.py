@@ -51,8 +51,8 @@ class FlashInferOpts(_Model):
     kv_layout: Literal["NHD", "HND"] = "NHD"
     workspace_mb: int = Field(default=512, ge=16)
     profile_kernels: bool = True
-    # Kernel names (torch.profiler, ~3 s to start in each process) for cells of the first N repeats;
-    # null profiles every repeat. Rows without names pass the kernel audit.
+    # Kernel names (torch.profiler, ~3 s to start in each process) for the first cell of each distinct
+    # (path, plan) in a task, within the first N repeats (null: any repeat). Rows without names pass the audit.
     profile_repeats: Optional[int] = Field(default=1, ge=1)
 
 
