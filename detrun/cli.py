@@ -264,7 +264,8 @@ def shrink(
 ) -> None:
     """Shrink RUN's first batch difference to the smallest batch that still differs; write it as a job.
 
-    Exit 1: the difference was reproduced and shrunk (the written job fails the same way); 2: nothing to shrink.
+    Exit 1: the difference was reproduced and shrunk (the written job fails the same way); 2: nothing to
+    shrink, or the pair did not differ when run again.
     """
     from . import shrink as shrinking
     from .paths import write_output
