@@ -11,7 +11,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import exitpolicy
-from .errors import DetrunError
+from .errors import EXIT_MISMATCH, DetrunError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Determinism regression runner for LLM attention kernels, on Ray.")
@@ -248,6 +248,55 @@ def report(
     cmp = comparison(store, ids, checks)
     write_report(store, cmp, str(output), f"detrun report: {', '.join(ids)}")
     print(f"report written to {output} (verdict: {cmp.verdict.headline})")
+
+
+@app.command()
+@_errors
+def shrink(
+    run: RunArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The job spec to write (the minimal pair)")] = Path(
+        "found.yaml"),
+    budget_cells: Annotated[int, typer.Option("--budget-cells", min=2, help="Cells the trials may run")] = 200,
+    runs_root: RunsRoot = "runs",
+    inline: Annotated[bool, typer.Option("--inline", help="Run the trials in this process, without Ray")] = False,
+    address: Annotated[Optional[str], typer.Option(
+        help="Ray to run the trials on: ray://..., host:port or auto (default: start a local Ray)")] = None,
+) -> None:
+    """Shrink RUN's first batch difference to the smallest batch that still differs; write it as a job.
+
+    Exit 1: the difference was reproduced and shrunk (the written job fails the same way); 2: nothing to
+    shrink, or the pair did not differ when run again.
+    """
+    from . import shrink as shrinking
+    from .paths import write_output
+    from .store import RunStore
+
+    store = RunStore(runs_root)
+    store.manifest(run)  # a missing run is exit 2 before Ray starts
+    trial = shrinking.inline_trial
+    if not inline:
+        from . import runner
+
+        runner.connect(address, 1)
+        trial = shrinking.ray_trial
+
+    def show(step) -> None:
+        print(f"[{step.cells}/{budget_cells} cells] step {step.number}: {step.tried}: {step.outcome}"
+              + (f"; now {step.size}" if step.outcome == "differs" else ""), flush=True)
+
+    found = shrinking.shrink(store, run, trial, budget_cells, show)
+    write_output(output, shrinking.job_text(found), "-o/--output")
+    p, spec = found.pair, found.spec
+    _names = ", ".join
+    state = "budget spent: smaller, not shown minimal" if found.exhausted else "minimal: no smaller batch differs"
+    print(f"{state} ({len(found.steps)} trials, {found.cells} cells): {p.request} differs between "
+          f"{p.small} ({_names(spec.cases[p.small])}) and {p.large} ({_names(spec.cases[p.large])}) ({p.mode})")
+    for row in found.rows:
+        print(f"  plan in {row['case']}: {shrinking.plan_line(row)}")
+    print(f"  differs in: {'; '.join(found.explain())}")
+    print(f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)")
+    exitpolicy.set_verdict(EXIT_MISMATCH)
+    raise typer.Exit(EXIT_MISMATCH)
 
 
 @app.command()

@@ -79,7 +79,7 @@ class Comparison:
     notes: List[str] = field(default_factory=list)  # equal although plans differ
     claims: Claims = field(default_factory=lambda: claims_of([]))
     backends: List[str] = field(default_factory=list)  # "backend attn" of the rows that ran
-    audit_groups: int = 0  # (run, case, mode, path, plan) of flashinfer rows
+    audit_groups: int = 0  # (run, path, plan) of flashinfer rows
     unaudited: List[Tuple[str, str]] = field(default_factory=list)  # (group, why) with no kernels recorded
     baseline: Optional[str] = None  # the baseline run compared against, if any
     baseline_context: List[str] = field(default_factory=list)  # what was compared to what, and why not
@@ -389,7 +389,8 @@ def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, str
 
 def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
-    rows: every (run, case, mode, path, plan) needs one row whose kernels were recorded and audited."""
+    rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
+    each distinct plan once, under whichever case and mode met it first)."""
     if not len(ok):
         return
     backend, attn = cols.codes("backend")[ok], cols.codes("attn")[ok]
@@ -401,7 +402,7 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     rows = ok[backend == names.index("flashinfer")]
     if not len(rows):
         return
-    key = ("run_id", "case", "mode", "path", "plan")
+    key = ("run_id", "path", "plan")
     group = densify(combine([cols.codes(c)[rows] for c in key])[0])
     size = int(group.max()) + 1
     audited = np.bincount(group, weights=cols.profiled[rows], minlength=size) > 0
@@ -414,7 +415,8 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
         why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
                f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
         plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
-        result.unaudited.append((f"{r['run_id']}:{r['case']}/{r['mode']} path {r['path']} plan {plan}", why))
+        result.unaudited.append((f"{r['run_id']}: path {r['path']} plan {plan} (first in {r['case']}/{r['mode']})",
+                                 why))
 
 
 def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
 from .errors import DetrunError
+from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
 Axis = Literal["repeat", "gpu", "mode", "batch", "run"]  # claims.AXIS_NAMES
@@ -50,13 +51,14 @@ class FlashInferOpts(_Model):
     kv_layout: Literal["NHD", "HND"] = "NHD"
     workspace_mb: int = Field(default=512, ge=16)
     profile_kernels: bool = True
-    # Kernel names (torch.profiler, ~3 s to start in each process) for cells of the first N repeats;
-    # null profiles every repeat. Rows without names pass the kernel audit.
+    # Kernel names (torch.profiler, ~3 s to start in each process) for the first cell of each distinct
+    # (path, plan) in a task, within the first N repeats (null: any repeat). Rows without names pass the audit.
     profile_repeats: Optional[int] = Field(default=1, ge=1)
 
 
-# Spec fields that change no row: claims, size guards, crash isolation (baselines and jobs ignore them).
-ROW_NEUTRAL = ("expect", "limits", "isolation")
+# Spec fields that change no row: claims, size guards, crash isolation, the record of expanded generators
+# (their requests and cases are in the spec) (baselines and jobs ignore them).
+ROW_NEUTRAL = ("expect", "limits", "isolation", "sweep", "swept")
 
 Fault = Literal["crash", "hang", "known_bug_crash", "known_bug_pass"]
 
@@ -111,6 +113,17 @@ class JobSpec(_Model):
     reference: ReferenceOpts = ReferenceOpts()
     isolation: IsolationOpts = IsolationOpts()
     limits: Limits = Limits()
+    # Generated cases (sweep.py): expanded at validation into requests and cases, then recorded in `swept`;
+    # a validated spec always has sweep: [] (so a stored spec validates to itself).
+    sweep: List[Generator] = Field(default_factory=list)
+    swept: List[Generator] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_sweep(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("sweep"):
+            return expand(data, cls.model_fields["page_size"].default)
+        return data
 
     @field_validator("env")
     @classmethod

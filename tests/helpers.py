@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import copy
-import os
-from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
 import torch
 
+from detrun import inline
 from detrun.digest import tensor_digest
-from detrun.matrix import shards
 from detrun.spec import spec_from_dict
 from detrun.store import RunStore
-from detrun.worker import run_shard
 
 SMALL = {
     "name": "small",
@@ -57,15 +54,8 @@ def small(**overrides):
 
 def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
     """A run without Ray: every shard in this process (tests of store and compare)."""
-    spec = spec_from_dict(data)
-    store.create_run(run_id, spec.model_dump(mode="json"), gpus)
-    for shard in shards(spec, gpus):
-        with mock.patch.dict(os.environ, spec.env):  # what runtime_env does for a Ray task
-            out = run_shard(spec.model_dump(mode="json"), shard, run_id)
-        assert not out["deferred"], "cells for isolated workers need Ray (runner.submit)"
-        store.write_blobs(out["blobs"])
-        store.write_rows(run_id, shard.shard_id, out["rows"])
-    store.finish_run(run_id, "complete")
+    left = inline.run_inline(store, spec_from_dict(data), run_id, gpus)
+    assert not left, "cells for isolated workers need Ray (runner.submit)"
     return run_id
 
 

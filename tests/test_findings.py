@@ -168,18 +168,22 @@ def test_no_baseline_fails_only_when_required(store):
     assert required.exit_code == 1 and "no baseline set for spec small" in required.headline
 
 
-def test_audit_coverage_is_counted_with_the_reason(store):
-    run_inline(store, small(repeats=2, modes=["eager"], flashinfer={"profile_kernels": False}), "unprofiled")
+def test_audit_coverage_is_counted_per_plan_with_the_reason(store):
+    split = dict(repeats=2, modes=["eager"], reference={"variant": "split_kv", "kv_tile": 4})  # a plan per batch
+    run_inline(store, small(flashinfer={"profile_kernels": False}, **split), "unprofiled")
     rewrite(store, "unprofiled", lambda r: r.update(backend="flashinfer", kernels=[]))
     verdict = compare_runs(store, ["unprofiled"]).verdict
-    (gap,) = verdict.of("not_audited")
-    assert gap.title == "5 plans not audited: profile_kernels: false" and len(gap.items) == 5
-    assert "audit 0/5 plans" in verdict.headline and verdict.exit_code == 0
-    run_inline(store, small(repeats=2, modes=["eager"]), "profiled")
-    rewrite(store, "profiled", lambda r: r.update(backend="flashinfer", kernels=[PAGED_KERNEL] * (r["repeat"] == 0)))
+    (gap,) = verdict.of("not_audited")  # 5 cases, 4 plans: alone and prefix_alone plan alike
+    assert gap.title == "4 plans not audited: profile_kernels: false" and len(gap.items) == 4
+    assert "audit 0/4 plans" in verdict.headline and verdict.exit_code == 0
+    run_inline(store, small(**split), "profiled")
+    # as a task profiles: the first cell of each plan (repeat 0; prefix_alone's plan was met in alone)
+    rewrite(store, "profiled", lambda r: r.update(
+        backend="flashinfer", kernels=[PAGED_KERNEL] * (r["repeat"] == 0 and r["case"] != "prefix_alone")))
     covered = compare_runs(store, ["profiled"]).verdict
-    assert not covered.of("not_audited") and "audit 5/5 plans" in covered.headline
-    rewrite(store, "profiled", lambda r: r.update(kernels=[]) if r["case"] == "alone" else None)
+    assert not covered.of("not_audited") and "audit 4/4 plans" in covered.headline
+    rewrite(store, "profiled", lambda r: r.update(kernels=[]) if r["case"] == "mixed" else None)
     (one,) = compare_runs(store, ["profiled"]).verdict.of("not_audited")
     assert one.title == "1 plans not audited: no kernels recorded (profile_repeats: 1)"
-    assert one.items == [f"profiled:alone/eager path paged plan {one.items[0].rsplit(' ', 1)[1]}"]
+    plan = one.items[0].split(" plan ")[1].split()[0]
+    assert one.items == [f"profiled: path paged plan {plan} (first in mixed/eager)"]

@@ -1,7 +1,9 @@
 """FlashInferBackend's wrapper handling on the CPU, against a stand-in flashinfer module: which wrappers
 each path uses, that CUDA-graph wrappers are built once per (case, path) and re-planned before every
-replay (as SGLang does), and that eager cells re-plan the shared eager wrappers."""
+replay (as SGLang does), that eager cells re-plan the shared eager wrappers, and that kernel names are
+profiled once per distinct (path, plan) in a task."""
 
+import json
 import sys
 import types
 
@@ -49,11 +51,11 @@ def backend(monkeypatch):
     monkeypatch.setattr(base, "capture", FakeGraph)
     FakeGraph.captures, _Wrapper.made = 0, []
 
-    def make(paged: bool):
+    def make(paged: bool, **opts):
         monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")
         from detrun.backends.flashinfer import FlashInferBackend
 
-        spec = spec_from_dict(small(flashinfer={"workspace_mb": 16, "profile_kernels": False}))
+        spec = spec_from_dict(small(flashinfer={"workspace_mb": 16, "profile_kernels": False, **opts}))
         return spec, FlashInferBackend(spec, torch.device("cpu"))
 
     return make
@@ -85,3 +87,39 @@ def test_ragged_prefix_path_plans_both_graph_wrappers_each_time(backend):
     assert set(out.plan) == {"backend", "prefix.backend"}
     be.forward(build_batch(spec, "alone"), "cudagraph")
     assert FakeGraph.captures == 2 and len([w for w in _Wrapper.made if w.graph]) == 3  # another case: its own
+
+
+def _plan_per_batch_size(self, qo_indptr, *args, **kwargs):
+    """An FA2 plan whose fields follow the batch: padded_batch_size = its requests; enable_cuda_graph."""
+    from detrun.backends.flashinfer import FA2_PLAN_FIELDS
+
+    info = dict.fromkeys(FA2_PLAN_FIELDS, 0)
+    info.update(padded_batch_size=len(qo_indptr) - 1, enable_cuda_graph=int(self.graph))
+    self.plans, self._plan_info = self.plans + 1, list(info.values())
+
+
+def test_kernels_are_profiled_once_per_distinct_path_and_plan(backend, monkeypatch):
+    monkeypatch.setattr(_Wrapper, "plan", _plan_per_batch_size)
+
+    def profiler(be):
+        calls = []
+        monkeypatch.setattr(be, "_kernels", lambda run, graph: calls.append(graph) or ["BatchPrefillWithPagedKVCache"])
+        return calls
+
+    spec, be = backend(paged=True, profile_kernels=True, profile_repeats=2)
+    calls = profiler(be)
+    batches = {case: build_batch(spec, case) for case in spec.cases}
+    outs = {(case, mode, r): be.forward(batches[case], mode, repeat=r)
+            for r in range(3) for case in spec.cases for mode in spec.modes}
+    plans = {(o.path, json.dumps(o.plan, sort_keys=True)) for o in outs.values()}
+    assert len(outs) == 30 and len(plans) == 8  # batch sizes 1, 3, 4, 1, 2, eager and graph
+    assert sorted(calls) == [False] * 4 + [True] * 4  # one profile per plan, not per cell or repeat
+    profiled = {cell for cell, o in outs.items() if o.kernels}  # prefix_alone's plans were alone's
+    assert profiled == {(case, mode, 0) for case in ("alone", "mixed", "mixed_decode", "prefix_shared")
+                        for mode in spec.modes}
+    # profile_repeats still bounds it: a plan first met in a later repeat is not profiled
+    spec, be = backend(paged=True, profile_kernels=True, profile_repeats=1)
+    calls = profiler(be)
+    assert be.forward(batches["mixed"], "eager", repeat=1).kernels == []
+    assert be.forward(batches["alone"], "eager", repeat=0).kernels and calls == [False]
+    assert be.forward(batches["prefix_alone"], "eager", repeat=0).kernels == [] and calls == [False]

@@ -69,7 +69,7 @@ class _NoProfiler:  # torch.profiler without CUDA refuses a CUDA-only profile
         return False
 
 
-def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
+def test_kernels_profiled_once_per_plan_in_the_first_repeats(monkeypatch):
     monkeypatch.setattr(torch.profiler, "profile", _NoProfiler)
     from detrun.backends.flashinfer import FlashInferBackend
     from detrun.spec import spec_from_dict
@@ -81,17 +81,21 @@ def test_kernels_profiled_only_in_the_first_repeats(monkeypatch):
         raise Ran
 
     be = FlashInferBackend.__new__(FlashInferBackend)  # no flashinfer here: only the gating is under test
-    be.stages = Stages()
+    be.stages, be._profiled_plans = Stages(), set()
     be.opts = spec_from_dict(small()).flashinfer
+    plan = {"backend": "fa2", "padded_batch_size": 1}
     assert be.opts.profile_repeats == 1
-    assert not be._profiled(1)  # repeat 1: not profiled
-    assert be._profiled(0)
+    assert not be._profiled(1, "paged", plan)  # repeat 1: not profiled
+    assert be._profiled(0, "paged", plan)
+    assert not be._profiled(0, "paged", dict(reversed(plan.items())))  # that plan again (any other case or mode)
+    assert be._profiled(0, "ragged", plan) and be._profiled(0, "paged", {**plan, "padded_batch_size": 2})
     with pytest.raises(Ran):
         be._kernels(run, False)  # the profiled run is a real run
     be.opts = be.opts.model_copy(update={"profile_repeats": None})
-    assert be._profiled(5)  # null: every repeat, the same case again included
+    assert be._profiled(5, "paged", {**plan, "padded_batch_size": 3})  # null: any repeat, still once per plan
+    assert not be._profiled(6, "paged", {**plan, "padded_batch_size": 3})
     be.opts = be.opts.model_copy(update={"profile_kernels": False})
-    assert not be._profiled(0)
+    assert not be._profiled(0, "paged", {**plan, "padded_batch_size": 4})
 
 
 def test_kernel_time_is_read_late_and_counted_once():

@@ -9,8 +9,9 @@ non-causal) + merge_state, as SGLang's forward_extend does.
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Set, Tuple
 
 import torch
 from packaging.version import Version
@@ -64,6 +65,7 @@ class FlashInferBackend(AttentionBackend):
             self.workspace, layout, backend=self.ragged_backend)
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_builds: Dict[Tuple[str, str], tuple] = {}
+        self._profiled_plans: Set[Tuple[str, str]] = set()  # (path, plan JSON) whose kernels this task recorded
 
     # -- planning
     def _split_args(self) -> dict:
@@ -214,7 +216,7 @@ class FlashInferBackend(AttentionBackend):
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
         (out, lse), timer = self._execute(run, mode, key=(batch.case, path), plan=plan)
-        profiled = self._profiled(repeat)
+        profiled = self._profiled(repeat, path, plan)
         if profiled and not graph:  # the profiled run below writes the same buffers again
             out, lse = out.clone(), lse.clone()
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
@@ -222,12 +224,20 @@ class FlashInferBackend(AttentionBackend):
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
                       plan_ms=plan_ms, timer=timer)
 
-    def _profiled(self, repeat: int) -> bool:
+    def _profiled(self, repeat: int, path: str, plan: Dict[str, object]) -> bool:
+        """Profile this cell? Only the first cell of each distinct (path, plan) in the task, within the first
+        profile_repeats repeats: the kernels are a function of the path and plan (compare audits per plan)."""
         limit = self.opts.profile_repeats
-        return self.opts.profile_kernels and (limit is None or repeat < limit)
+        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):
+            return False
+        key = (path, json.dumps(plan, sort_keys=True))  # the plan as the row records it
+        if key in self._profiled_plans:
+            return False
+        self._profiled_plans.add(key)
+        return True
 
     def _kernels(self, run, graph: bool) -> List[str]:
-        """CUDA kernel names of one more run (eager) or capture+replay (graph), in the first profile_repeats."""
+        """CUDA kernel names of one more run (eager) or capture+replay (graph) of a cell _profiled picked."""
         from torch.profiler import ProfilerActivity, profile
 
         with self.stages("profile"):  # the profiler's start, one more run, trace parsing
