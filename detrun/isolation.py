@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from .matrix import Cell, Shard, cells_for, row_key
 from .spec import JobSpec
@@ -50,13 +50,18 @@ def _cell_of(row: dict) -> Tuple[str, str, int]:
     return row["case"], row["mode"], row["repeat"]
 
 
-def cell_rows(spec: JobSpec, run_id: str, item: Isolated, status: str, reason: str) -> List[dict]:
-    """A row per request of the cell, with no result (the cell did not finish)."""
-    cell, shard = item.cell, item.shard
+def unfinished_rows(spec: JobSpec, run_id: str, shard: Shard, cells: Iterable[Cell], status: str,
+                    reason: str) -> List[dict]:
+    """A row per request of each cell, with no result (the cells did not finish), in the cells' order."""
     return [make_row(run_id=run_id, key=row_key(cell.case, request, cell.mode, cell.repeat, shard.slot),
                      case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat, slot=shard.slot,
                      shard=shard.shard_id, status=status, reason=reason)
-            for request in spec.members(cell.case)]
+            for cell in cells for request in spec.members(cell.case)]
+
+
+def cell_rows(spec: JobSpec, run_id: str, item: Isolated, status: str, reason: str) -> List[dict]:
+    """The rows of one isolated cell that did not finish."""
+    return unfinished_rows(spec, run_id, item.shard, [item.cell], status, reason)
 
 
 def finished_rows(item: Isolated, rows: List[dict]) -> List[dict]:

@@ -23,10 +23,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from . import heartbeat
 from .errors import AUTH_HINT, DetrunError, interruption
-from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced
-from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shard_rows, shards
+from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced, unfinished_rows
+from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shards
 from .spec import JobSpec, spec_from_dict
-from .store import RunStore, make_row, new_run_id
+from .store import RunStore, new_run_id
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
@@ -381,9 +381,7 @@ class _ShardRun:
 
     def _error_rows(self, shard: Shard, reason: str) -> None:
         """The shard failed as a whole: an error row for each of its keys, and a failure."""
-        rows = [make_row(run_id=self.run_id, key=key, case=cell.case, request=request, mode=cell.mode,
-                         repeat=cell.repeat, slot=shard.slot, shard=shard.shard_id, status="error", reason=reason)
-                for key, cell, request in shard_rows(self.spec, shard)]
+        rows = unfinished_rows(self.spec, self.run_id, shard, cells_for(self.spec, shard.repeats), "error", reason)
         self.store.write_rows(self.run_id, shard.shard_id, rows)
         self._fail(shard, reason)
 
