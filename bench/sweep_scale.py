@@ -23,7 +23,7 @@ from detrun.jitcache import cache_root
 from detrun.matrix import cells_for, check_size
 from detrun.render import print_timings, steady_overhead
 from detrun.resources import host_peak_mb, peaks, run_lines
-from detrun.spec import apply_overrides, spec_from_dict
+from detrun.spec import JobSpec, apply_overrides, spec_from_dict
 from detrun.stages import run_breakdown
 from detrun.store import RunStore
 
@@ -56,7 +56,7 @@ def scaled(data: dict, scale: float = 1.0, length_scale: float = 1.0) -> dict:
     return data
 
 
-def load(args) -> "JobSpec":  # noqa: F821
+def load(args) -> JobSpec:
     data = yaml.safe_load(Path(args.job).read_text())
     data = scaled(apply_overrides(data, args.overrides, args.job), args.scale, args.length_scale)
     spec = spec_from_dict(data, args.job)

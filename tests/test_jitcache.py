@@ -66,13 +66,13 @@ def save(root: str) -> JitCache:
     return cache
 
 
-def test_save_wipe_restore_round_trips_the_library(tmp_path, monkeypatch):
-    root = str(tmp_path / "runs")
+def test_save_wipe_restore_round_trips_the_library(tmp_path, monkeypatch, any_root):
+    root = any_root  # a local runs root, then an s3:// one
     env = fake_flashinfer(monkeypatch, tmp_path / "machine1")
     library = compile_module(env)
     first = save(root)
     assert first.record["saved"] == 1 and first.stages.counts[JIT_SAVE] == 1
-    assert (tmp_path / "runs/jit-cache/0.6.7.post3/12.9/90a" / f"{MODULE}.tar").is_file()
+    assert RunStore(root).list_names("jit-cache/0.6.7.post3/12.9/90a", ".tar") == [f"{MODULE}.tar"]
     assert save(root).record["saved"] == 0  # in the cache already
 
     env = fake_flashinfer(monkeypatch, tmp_path / "machine2")  # a fresh machine: empty workspace
