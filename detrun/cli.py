@@ -139,6 +139,9 @@ def submit(
     expect: Expect = None,
     details: Details = 3,
     junit: Junit = None,
+    jit_cache: Annotated[bool, typer.Option(
+        "--jit-cache/--no-jit-cache", help="FlashInfer tasks load the modules compiled before from "
+                                            "<runs root>/jit-cache and store the ones they compile")] = True,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
     from .jobs import is_jobs_address
@@ -163,19 +166,21 @@ def submit(
             spec_path = spec_path.resolve().relative_to(working_dir.resolve())  # as the job sees it
         passthrough = [a for item in overrides or [] for a in ("--set", item)]
         passthrough += _check_flags(checks) + (["--junit", str(junit)] if junit else [])
+        passthrough += [] if jit_cache else ["--no-jit-cache"]
         args = _job_args(spec_path, resume, run_id, runs_root, gpus, accelerator_type, task_timeout, passthrough)
         return _submit_job(address, args, run_id, runs_root, working_dir, bool(resume))
     store = RunStore(runs_root)
     _run_here(store, spec, str(spec_path or ""), run_id, resume, address, slots, accelerator_type, task_timeout,
-              checks, junit)
+              checks, junit, jit_cache)
 
 
 def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], address: Optional[str],
               gpus: Optional[int], accelerator_type: Optional[str], task_timeout: Optional[float],
-              checks, junit: Optional[Path]) -> None:
+              checks, junit: Optional[Path], jit_cache: bool = True) -> None:
     import os
 
     from . import runner
+    from .jitcache import cache_root
     from .jobs import ADDRESS_ENV, SUBMISSION_ENV
     from rich.progress import Progress
 
@@ -188,7 +193,8 @@ def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], a
     with Progress(console=_console_err(), transient=True) as progress:
         task = progress.add_task(f"{run_id} on {slots} GPU(s)", total=None)
         options = runner.RunOptions(accelerator_type, task_timeout,
-                                    lambda done, total: progress.update(task, completed=done, total=total))
+                                    lambda done, total: progress.update(task, completed=done, total=total),
+                                    cache_root(store) if jit_cache else None)
         if resume:
             result = runner.resume(store, resume, slots, options, extra)
         else:
@@ -368,12 +374,16 @@ def _submission(store, run: str, address: Optional[str]):
 @app.command()
 @_errors
 def timings(run: RunArg, runs_root: RunsRoot = "runs") -> None:
-    """Where a run's seconds went: worker start, imports, plan, capture, kernels, digests, writes."""
+    """Where a run's seconds went: worker start, imports, plan, capture, kernels, digests, writes; peak memory."""
     from .render import print_timings
+    from .resources import run_lines
     from .stages import run_breakdown
     from .store import RunStore
 
-    print_timings(*run_breakdown(RunStore(runs_root), run), _console())
+    store, console = RunStore(runs_root), _console()
+    print_timings(*run_breakdown(store, run), console)
+    for line in run_lines(store, run):
+        print(line)
 
 
 @app.command()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from rich.console import Console
 from rich.markup import escape
@@ -128,12 +128,18 @@ def print_timings(rows, wall: float, steady, console: Console) -> None:
         console.print(steady_line(*steady))
 
 
+def steady_overhead(cell_s: float, parts: dict) -> Optional[float]:
+    """Steady cells' seconds over their kernel seconds, in percent (None: no kernel time recorded)."""
+    kernel = parts.get("kernel", 0.0)
+    return 100 * (cell_s - kernel) / kernel if kernel > 0 else None
+
+
 def steady_line(cells: int, cell_s: float, parts: dict) -> str:
     """One cell in steady state: its wall, what it spent in kernels, plan() and digests, and the overhead."""
     ms = lambda s: f"{1e3 * s / cells:.3f} ms"  # noqa: E731
-    kernel = parts.get("kernel", 0.0)
     rest = cell_s - sum(parts.values())
-    over = f"{100 * (cell_s - kernel) / kernel:.1f}% of kernel time" if kernel > 0 else "no kernel time recorded"
+    overhead = steady_overhead(cell_s, parts)
+    over = f"{overhead:.1f}% of kernel time" if overhead is not None else "no kernel time recorded"
     split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
     # The host's digest and row work runs while the kernel runs: then the parts add up to more than the cell.
     tail = f"rest {ms(rest)}" if rest >= 0 else f"of which {ms(-rest)} ran on the host during the kernel"

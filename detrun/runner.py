@@ -24,7 +24,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from . import heartbeat
 from .errors import AUTH_HINT, DetrunError, interruption
 from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced, unfinished_rows
+from .jitcache import CONTEXT_KEY as JIT_CACHE
 from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shards
+from .resources import host_peak_mb
 from .spec import JobSpec, spec_from_dict
 from .store import RunStore, new_run_id
 
@@ -55,30 +57,32 @@ def _test_hooks() -> None:
 
 
 @ray.remote(num_gpus=1, max_retries=1, retry_exceptions=False)
-def shard_task(spec_data: dict, shard: Shard, run_id: str) -> dict:
+def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
     """One shard on one GPU (num_gpus in the decorator: a fresh worker process per task).
 
     System failures (worker crash, node death) are retried once; exceptions never are, so a
     failing or mismatching kernel is not re-run until it happens to pass.
     """
-    return _run(spec_data, shard, run_id)
+    return _run(spec_data, shard, run_id, context=context)
 
 
 @ray.remote(num_gpus=1, max_retries=0)
-def cell_task(spec_data: dict, item: Isolated, run_id: str) -> dict:
+def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None) -> dict:
     """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result
     (the driver cancels it after isolation.cell_timeout_s and the grace, so it knows a hang for one)."""
-    return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False)
+    return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False, context=context)
 
 
 def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False,
-         watchdog: bool = True) -> dict:
+         watchdog: bool = True, context: Optional[dict] = None) -> dict:
+    """context: the driver's settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
     entered, start = time.time(), time.perf_counter()
     from .worker import run_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
     _test_hooks()
-    return run_shard(spec_data, shard, run_id, {"node_id": ray.get_runtime_context().get_node_id()},
+    context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
+    return run_shard(spec_data, shard, run_id, context,
                      {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog)
 
 
@@ -159,6 +163,7 @@ class RunOptions:
     accelerator_type: Optional[str] = None
     task_timeout: Optional[float] = None  # seconds from a task's submission (its retry included)
     on_progress: Optional[Callable[[int, int], None]] = None
+    jit_cache: Optional[str] = None  # runs root whose jit-cache/ the tasks restore from and save to (jitcache.py)
 
 
 def submit(
@@ -223,6 +228,7 @@ class _ShardRun:
         self.parked: Dict[Isolated, int] = {}  # known-bug cells waiting for a sample of their bug: bundle
         self.submitted_unix: Dict[str, float] = {}
         self.lost_since: Dict[int, float] = {}
+        self.context = {JIT_CACHE: options.jit_cache} if options.jit_cache else {}
         self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
 
     def _bundle(self) -> dict:
@@ -255,6 +261,7 @@ class _ShardRun:
             raise
         finally:
             remove_placement_group(pg)
+            timings["driver_peak_rss_mb"] = host_peak_mb()
             self.store.finish_run(self.run_id, status, failures=self.result.failures, timings=timings)
         return self.result
 
@@ -286,7 +293,7 @@ class _ShardRun:
         task = remote.options(scheduling_strategy=strategy, runtime_env=self.env, num_cpus=self.cpus)
         name = item.task_id if isinstance(item, Isolated) else item.shard_id
         self.submitted_unix[name] = time.time()
-        self.pending[task.remote(self.spec_data, item, self.run_id)] = (item, bundle, time.monotonic())
+        self.pending[task.remote(self.spec_data, item, self.run_id, self.context)] = (item, bundle, time.monotonic())
 
     def _fail(self, shard: Shard, reason: str) -> None:
         if shard.shard_id in self.failed:

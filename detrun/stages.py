@@ -18,7 +18,7 @@ class Stages:
         self.seconds: Dict[str, float] = defaultdict(float)
         self.counts: Dict[str, int] = defaultdict(int)
 
-    def add(self, name: str, seconds: float, count: bool = True) -> None:
+    def add(self, name: str, seconds: float, count: int = 1) -> None:
         self.seconds[name] += seconds
         self.counts[name] += int(count)
 
@@ -47,12 +47,13 @@ def process_started_unix() -> Optional[float]:
     return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
+JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # jitcache.py; count: the modules moved
 # Stages nested in another: their parent is reported as "<parent> (rest)" without them. "forward"
 # includes the wait for its kernel. Host work done while a kernel runs (the previous cell's rows, this
 # cell's kernel profile) is counted in its own stage too, so the stages can add up to a little more
 # than the wall (on the H200, long.yaml: ~60 ms of 13 s).
 NESTED = {
-    "backend init": ("import flashinfer",),
+    "backend init": ("import flashinfer", JIT_RESTORE),
     "forward": ("plan", "graph warm-up", "graph capture", "kernel", "profile"),
 }
 # A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
@@ -60,7 +61,7 @@ NESTED = {
 STEADY_CELL = "steady cell"
 STEADY_PARTS = ("kernel", "plan", "digest")
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
-               "tensor copy")
+               "tensor copy", JIT_SAVE)
 
 
 def _gap(later: Optional[float], earlier: Optional[float]) -> float:

@@ -7,6 +7,7 @@ Layout under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket
   blobs/<digest[:2]>/<digest>.bin     raw bytes of a tensor, one copy per digest for every run
   <run_id>/blobs/<digest>.bin         the same, in runs written before blobs were shared (still read)
   baselines/<spec>/<fingerprint>.json the golden run of one environment fingerprint (baseline.py)
+  jit-cache/<flashinfer>/<cuda>/<arch>/<module>.tar  FlashInfer's compiled modules (jitcache.py)
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def make_row(**fields) -> Dict[str, object]:
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-RESERVED = ("blobs", "baselines")  # folders of the root itself
+RESERVED = ("blobs", "baselines", "jit-cache")  # folders of the root itself
 DIGEST = re.compile(r"[0-9a-f]{8,128}")
 _MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
 
@@ -217,7 +218,15 @@ class RunStore:
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    # -- JSON documents under the root (manifests, baselines)
+    # -- files under the root (jit-cache entries), JSON documents (manifests, baselines)
+    def put(self, rel_path: str, data: bytes) -> None:
+        """Write bytes at rel_path whole or not at all (_write_atomic)."""
+        self._write_atomic(self._p(rel_path), data)
+
+    def get(self, rel_path: str) -> bytes:
+        with self.fs.open_input_stream(self._p(rel_path)) as f:
+            return f.read()
+
     def write_json(self, rel_path: str, doc: dict) -> None:
         data = json.dumps(doc, indent=2, sort_keys=True).encode()
         self._write_atomic(self._p(rel_path), data)

@@ -20,7 +20,9 @@ from .digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from .envflags import env_bool
 from .envinfo import environment, seen_flags
 from .inputs import Draws, build_batch
+from .jitcache import CONTEXT_KEY as JIT_CACHE, JitCache
 from .matrix import Cell, Shard, cells_for, row_key
+from .resources import task_peaks
 from .spec import JobSpec, spec_from_dict
 from .stages import STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 
@@ -79,6 +81,8 @@ class ShardRunner:
     def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
         self.spec, self.shard, self.run_id = spec, shard, run_id
         self.stages = Stages()
+        context = dict(context or {})
+        self.jit = JitCache(context.pop(JIT_CACHE, None), self.stages)  # FlashInfer's compiled modules
         self.device = pick_device()
         if self.device.type == "cpu":
             torch.set_num_threads(1)  # CPU BLAS results can depend on the thread count
@@ -96,6 +100,8 @@ class ShardRunner:
                 self.backend_name, self.note = "flashinfer", str(exc)
                 self.poisoned = str(exc)
             else:
+                if self.backend_name == "flashinfer":
+                    self.jit.restore()  # before the first plan: FlashInfer then loads what others compiled
                 self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
         flags = seen_flags(spec.env)
         with self.stages("environment"):
@@ -103,7 +109,7 @@ class ShardRunner:
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,
                            use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
-                           pid=os.getpid(), **(context or {}), **env)
+                           pid=os.getpid(), **context, **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
         self.ran: set = set()  # (case, mode) of the cells this task has run
@@ -248,6 +254,8 @@ def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict
     if runner.backend is not None:
         runner.backend.force_known_bugs = force or runner.spec.isolation.known_bugs == "inline"
     result = runner.run(cells, watchdog)
-    result["timings"].update(timings or {}, process_started_unix=process_started_unix(),
+    runner.jit.save()  # the modules it compiled, for the next machine
+    result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
+                             memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
                              run_s=time.perf_counter() - start, returned_unix=time.time())
     return result

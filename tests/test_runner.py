@@ -98,6 +98,8 @@ def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
     for t in shard_t.values():  # 5 cases x 2 repeats, eager only; inputs built once per case
         assert t["stages"]["kernel"]["n"] == 10 and t["stages"]["inputs"]["n"] == 5
         assert t["driver"]["submitted_unix"] <= t["task_entered_unix"] <= t["returned_unix"]
+        assert t["memory"]["host_peak_mb"] > 50  # torch alone is more (the task's ru_maxrss)
+    assert store.manifest(run_id)["timings"]["driver_peak_rss_mb"] > 50
     from detrun.stages import run_breakdown
 
     rows, wall, steady = run_breakdown(store, run_id)
@@ -109,6 +111,7 @@ def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
     shown = CliRunner().invoke(app, ["timings", run_id, "--runs-root", root])
     assert shown.exit_code == 0 and "kernel" in shown.output and "import torch + detrun" in shown.output
     assert "steady state (5 cells" in shown.output
+    assert "peak memory (largest of 1 tasks): task host RSS " in shown.output and ", driver RSS " in shown.output
 
 
 def test_timings_of_a_run_without_them_exits_2(tmp_path):

@@ -1,0 +1,136 @@
+"""A 10,000-cell sweep end to end: cells/s, time to verdict, steady per-cell overhead, peak memory, compare.
+
+    python bench/sweep_scale.py [--address auto]          # submit bench/jobs/sweep10k.yaml, compare
+    python bench/sweep_scale.py --run RUN                 # the numbers of a stored run (compare timed here)
+    python bench/sweep_scale.py --scale 0.01 --length-scale 0.01 --set heads.qo=4 --set heads.kv=2 \\
+        --set head_dim=32                                 # the same sweep at CPU size (reference backend)
+--scale multiplies the generators' case counts (cells follow), --length-scale every qo/prefix length.
+Prints the stage table and steady-state line of `detrun timings`, then one Markdown row for
+docs/performance.md. Exits with the verdict's code (0 reproducible, 1 not).
+"""
+
+import argparse
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from detrun import runner
+from detrun.baseline import comparison
+from detrun.jitcache import cache_root
+from detrun.matrix import cells_for, check_size
+from detrun.render import print_timings, steady_overhead
+from detrun.resources import host_peak_mb, peaks, run_lines
+from detrun.spec import JobSpec, apply_overrides, spec_from_dict
+from detrun.stages import run_breakdown
+from detrun.store import RunStore
+
+JOB = str(Path(__file__).parent / "jobs" / "sweep10k.yaml")
+LENGTHS = (("qo_len", 1), ("prefix_len", 0))  # a length field and its least value
+
+
+def _scale_lengths(node: dict, factor: float) -> None:
+    for name, least in LENGTHS:
+        value = node.get(name)
+        if isinstance(value, int):
+            node[name] = max(least, round(value * factor))
+        elif isinstance(value, list):
+            node[name] = [max(least, round(v * factor)) for v in value]
+    if isinstance(node.get("lengths"), list):
+        node["lengths"] = [round(v * factor) for v in node["lengths"]]
+
+
+def scaled(data: dict, scale: float = 1.0, length_scale: float = 1.0) -> dict:
+    """The job with its generators' counts times `scale` (at least 1) and every length times `length_scale`."""
+    for gen in data.get("sweep") or []:
+        if isinstance(gen.get("count"), int):
+            gen["count"] = max(1, round(gen["count"] * scale))
+    if length_scale != 1.0:
+        for node in list((data.get("requests") or {}).values()) + list(data.get("sweep") or []):
+            _scale_lengths(node, length_scale)
+            for shape in ("target", "filler"):
+                if isinstance(node.get(shape), dict):
+                    _scale_lengths(node[shape], length_scale)
+    return data
+
+
+def load(args) -> JobSpec:
+    data = yaml.safe_load(Path(args.job).read_text())
+    data = scaled(apply_overrides(data, args.overrides, args.job), args.scale, args.length_scale)
+    spec = spec_from_dict(data, args.job)
+    check_size(spec, 1, args.job)
+    return spec
+
+
+def _iso_s(manifest: dict) -> float:
+    """Seconds from a stored run's creation to its finish (its manifest's timestamps)."""
+    return (datetime.fromisoformat(manifest["finished"]) - datetime.fromisoformat(manifest["created"])).total_seconds()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--job", default=JOB)
+    ap.add_argument("--run", help="a stored run to report on (nothing is submitted)")
+    ap.add_argument("--address")
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--scale", type=float, default=1.0, help="times the generators' case counts")
+    ap.add_argument("--length-scale", type=float, default=1.0, help="times every qo_len and prefix_len")
+    ap.add_argument("--runs-root", default="runs-bench")
+    ap.add_argument("--no-jit-cache", action="store_true")
+    args = ap.parse_args()
+    store, start = RunStore(args.runs_root), time.perf_counter()
+    if args.run:
+        run_id, manifest = args.run, store.manifest(args.run)
+        spec, gpus, connect_s, submit_s = spec_from_dict(manifest["spec"], run_id), int(manifest["gpus"]), 0.0, None
+    else:
+        spec = load(args)
+        gpus = runner.connect(args.address)
+        connect_s = time.perf_counter() - start
+        options = runner.RunOptions(jit_cache=None if args.no_jit_cache else cache_root(store))
+        run_id = runner.submit(spec, store, gpus, args.job, options=options).run_id
+        submit_s = time.perf_counter() - start
+    compared = time.perf_counter()
+    verdict = comparison(store, [run_id])
+    done = time.perf_counter()
+    compare_s = done - compared
+    to_verdict = done - start if submit_s is not None else _iso_s(store.manifest(run_id)) + compare_s
+
+    console = Console(highlight=False, width=140)
+    rows, tasks_s, steady = run_breakdown(store, run_id)
+    print_timings(rows, tasks_s, steady, console)
+    for line in run_lines(store, run_id):
+        print(line)
+    cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * gpus
+    print(f"run {run_id}: {len(spec.cases)} cases x {len(spec.modes)} modes x {spec.repeats} repeats x {gpus} GPU(s) "
+          f"= {cells} cells; verdict: {verdict.verdict.headline}")
+    print(f"cells/s: {cells / tasks_s:.1f} ({cells} cells in {tasks_s:.1f} s from placement group to the last shard)")
+    how = (f"connect {connect_s:.1f} s + submit {submit_s - connect_s:.1f} s + compare" if submit_s is not None
+           else "manifest created -> finished, + compare now")
+    print(f"time to verdict: {to_verdict:.1f} s ({how} {compare_s:.2f} s)")
+    print(f"compare: {compare_s:.2f} s; this process's peak RSS (driver and compare): {host_peak_mb():.0f} MB")
+    print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
+    return verdict.exit_code
+
+
+def markdown_row(store, run_id: str, cells: int, tasks_s: float, to_verdict: float, compare_s: float, steady) -> str:
+    """One row for docs/performance.md (its header first)."""
+    found = peaks(store.read_timings(run_id))
+    mb = lambda key: f"{found[key][0]:.0f}" if key in found else "-"  # noqa: E731
+    driver = (store.manifest(run_id).get("timings") or {}).get("driver_peak_rss_mb")
+    cell = over = "-"
+    if steady:
+        n, cell_s, parts = steady
+        cell = f"{1e3 * cell_s / n:.2f} ms (kernel {1e3 * parts['kernel'] / n:.2f} ms)"
+        overhead = steady_overhead(cell_s, parts)
+        over = f"{overhead:.1f}%" if overhead is not None else "-"
+    head = ("| cells | cells/s | time to verdict s | compare s | steady cell | steady overhead | task host MB "
+            "| device allocated / reserved MB | driver MB |\n|" + "---|" * 9 + "\n")
+    return head + (f"| {cells} | {cells / tasks_s:.1f} | {to_verdict:.1f} | {compare_s:.2f} | {cell} | {over} | "
+                   f"{mb('host_peak_mb')} | {mb('device_allocated_peak_mb')} / {mb('device_reserved_peak_mb')} | "
+                   f"{f'{driver:.0f}' if driver else '-'} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

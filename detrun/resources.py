@@ -1,0 +1,59 @@
+"""Peak memory of each task (host RSS, device allocated and reserved) and of the driver, recorded in a
+run's timings, and the lines `detrun timings` prints from them (and from the JIT cache's record)."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from typing import Dict, List, Optional, Tuple
+
+
+def host_peak_mb() -> float:
+    """This process's peak resident memory (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / 2**20 if sys.platform == "darwin" else peak / 2**10, 1)
+
+
+def task_peaks(device) -> Dict[str, float]:
+    """A task's peaks: host RSS of its process and, on CUDA, torch's peak allocated and reserved bytes."""
+    peaks = {"host_peak_mb": host_peak_mb()}
+    if getattr(device, "type", "cpu") == "cuda":
+        import torch
+
+        peaks["device_allocated_peak_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        peaks["device_reserved_peak_mb"] = round(torch.cuda.max_memory_reserved(device) / 2**20, 1)
+    return peaks
+
+
+PEAKS = (("host_peak_mb", "task host RSS"), ("device_allocated_peak_mb", "device allocated"),
+         ("device_reserved_peak_mb", "device reserved"))
+
+
+def peaks(shard_timings: Dict[str, dict]) -> Dict[str, Tuple[float, str]]:
+    """Each recorded peak's largest value over a run's tasks, and the task (shard) that had it."""
+    out = {}
+    for key, _ in PEAKS:
+        have = {name: t["memory"][key] for name, t in sorted(shard_timings.items()) if key in t.get("memory", {})}
+        if have:
+            name = max(have, key=have.get)
+            out[key] = (have[name], name)
+    return out
+
+
+def memory_line(run_timings: dict, shard_timings: Dict[str, dict]) -> Optional[str]:
+    """Peak memory: the largest task's host RSS and device peaks (which task), the driver's RSS."""
+    found = peaks(shard_timings)
+    parts = [f"{what} {found[key][0]:.0f} MB ({found[key][1]})" for key, what in PEAKS if key in found]
+    if "driver_peak_rss_mb" in run_timings:
+        parts.append(f"driver RSS {run_timings['driver_peak_rss_mb']:.0f} MB")
+    tasks = sum(1 for t in shard_timings.values() if t.get("memory"))
+    return f"peak memory (largest of {tasks} tasks): " + ", ".join(parts) if parts else None
+
+
+def run_lines(store, run_id: str) -> List[str]:
+    """The lines after a run's stage table: peak memory, the JIT cache's transfers (those it recorded)."""
+    from .jitcache import summary_line
+
+    shards = store.read_timings(run_id)
+    lines = [memory_line(store.manifest(run_id).get("timings") or {}, shards), summary_line(shards)]
+    return [line for line in lines if line]

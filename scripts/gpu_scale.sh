@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The JIT cache and the 10,000-cell sweep on a fresh GPU machine, in one device call (~8 min), printed as
+# Markdown rows for docs/performance.md ("JIT cache", "10,000-cell sweep").
+#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep": only those steps;
+#                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases
+# jit-<backend>: jobs/paged.yaml with FlashInfer's JIT dir and the cache empty (cold: it compiles and stores
+# its modules under the runs root), then with the JIT dir wiped again (the modules come from the cache).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_setup.sh
+echo "== installed at $(elapsed) s"
+ADDR=()
+if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
+  ADDR=(--address auto)
+fi
+echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
+ROWS=()
+jit() {  # jit BACKEND
+  local be=$1 root=$PWD/runs-jit-$1
+  only "jit-$be" || return 0
+  rm -rf "$root"
+  for state in cold cache; do
+    rm -rf "$FLASHINFER_WORKSPACE_BASE"   # FlashInfer's JIT dir (and the modules restored into it)
+    local id=jit-$be-$state s=$(date +%s.%N)
+    timeout 240 python3 -m detrun.cli submit jobs/paged.yaml --set flashinfer.backend="$be" --run-id "$id" \
+      --runs-root "$root" "${ADDR[@]}" > "$OUT/$id.log" 2>&1
+    local rc=$? wall=$(python3 -c "print(round($(date +%s.%N) - $s, 1))")
+    local cache=$(python3 -m detrun.cli timings "$id" --runs-root "$root" 2>&1 | grep -m1 "^jit cache")
+    echo "== $id: exit $rc, time to verdict $wall s; ${cache:-no jit cache line}; $(grep -m1 -E 'REPRODUCIBLE|FAILURE|ERROR' "$OUT/$id.log")"
+    ROWS+=("| $be | $state | $wall | $rc | ${cache:--} |")
+  done
+}
+jit fa2
+jit fa3
+if only sweep; then
+  left=$(( ${DETRUN_GPU_BUDGET_S:-560} - $(elapsed) ))
+  if (( left < 90 )); then
+    echo "== sweep SKIPPED (time budget: ${left} s left)"
+  else  # the runs root of jit-fa2: its FA2 module comes from the cache
+    timeout "$left" python3 bench/sweep_scale.py --scale "${DETRUN_SWEEP_SCALE:-1}" --runs-root "$PWD/runs-jit-fa2" \
+      "${ADDR[@]}"
+    echo "== sweep exit $? at $(elapsed) s"
+  fi
+fi
+echo "== JIT cache, jobs/paged.yaml (time to verdict: the whole \`detrun submit\`, Ray head already up)"
+echo "| backend | JIT dir empty, modules from | time to verdict s | exit | jit cache (detrun timings) |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${ROWS[@]}" | sed 's/| cold |/| compiled |/; s/| cache |/| runs root cache |/'
+python3 -m ray.scripts.scripts stop >/dev/null 2>&1
+tar czf "$OUT/runs-scale.tgz" runs-jit-*/*/manifest.json runs-jit-*/*/timings 2>/dev/null
+echo "== total $(elapsed) s"
