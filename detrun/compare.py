@@ -256,12 +256,6 @@ class _GroupJudge:
         self.left = max_details
         self.last = self.axis == LAST
 
-    def _noted(self, a: dict, b: dict) -> bool:
-        """Is an equality between these different plans worth a note? Not along phase when only the path
-        differs: a prefill row's path is never decode's, and equal bits there are what phase claims."""
-        if not self.last:
-            return True
-        return [name for name, _, _ in plan_differences(a, b) + field_differences(a, b)] != ["path"]
 
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
         if self.left <= 0:
@@ -291,7 +285,8 @@ class _GroupJudge:
                 _, name, values = cause(reps[0], r)
                 self.verdict.causes.setdefault(name, values)
                 self._record(reps[0], r, explain(reps[0], r), label(reps[0], r))
-            elif self._noted(reps[0], r):
+            elif not self.last:  # along phase the plans always differ (prefill's path, planner and kernel
+                # are never decode's): equal bits there are what phase claims, not worth a note
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
@@ -458,10 +453,9 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
     by_axis = dict.fromkeys(AXES, judged)
     phase = part[AXES[LAST]]
-    if len(phase) and phase.min() != phase.max():  # prefill beside decode: their last tokens' digests, and
-        # their plans but for the path (never the same across phases; _GroupJudge._noted)
-        plan = [take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS if c != "path"]
-        by_axis[LAST], _ = combine(plan + [take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
+    if len(phase) and phase.min() != phase.max():  # prefill beside decode: only their last tokens' digests (their
+        # plans always differ, and an equality is not noted: _GroupJudge)
+        by_axis[LAST], _ = combine([take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
     per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis])
                 for axis, (group, size) in _groupings(req, part)}
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
