@@ -27,8 +27,8 @@ RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are store
 Baseline = Annotated[bool, typer.Option("--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Every axis claimed bitwise: explained differences fail too.")]
 Expect = Annotated[Optional[List[str]], typer.Option(
-    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, phase, run): bitwise, explained or "
-                                          "ignore; over the spec's `expect` (repeatable)")]
+    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, phase, run): bitwise, "
+                                          "explained or ignore; over the spec's `expect` (repeatable)")]
 RequireBaseline = Annotated[bool, typer.Option(
     "--require-baseline", help="With --baseline: no baseline of this exact fingerprint fails (exit 1)")]
 Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]

@@ -256,7 +256,6 @@ class _GroupJudge:
         self.left = max_details
         self.last = self.axis == LAST
 
-
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
         if self.left <= 0:
             return

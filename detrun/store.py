@@ -87,10 +87,8 @@ ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None}
 def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:
     """Rows stored before a column was added: the column with ADDED's value (phase "prefill", digests null)."""
     for name in names:
-        value = ADDED[name]
-        column = pa.array([value] * len(table) if value is not None else pa.nulls(len(table)),
-                          SCHEMA.field(name).type)
-        table = table.append_column(SCHEMA.field(name), column)
+        field = SCHEMA.field(name)
+        table = table.append_column(field, pa.repeat(pa.scalar(ADDED[name], field.type), len(table)))
     return table
 
 
