@@ -223,6 +223,9 @@ class ReferenceBackend(AttentionBackend):
             "kv_tile": self.opts.kv_tile,
             "kv_chunk_size": None if self.opts.variant == "exact" else chunk,
             "split_kv": any(split),
+            # each request's last query row computed on its own (rows stored before this computed it with
+            # the others: where their bits differ, this field says why)
+            "last_row_alone": True,
         }
         # The canary's disorder is drawn on the host: a replayed graph would freeze it, so it recaptures.
         key = None if self.opts.variant == "canary" else (batch.case, path)
