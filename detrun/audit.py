@@ -9,6 +9,7 @@ from typing import Iterable, Optional
 PATH_PAGED = "paged"
 PATH_RAGGED = "ragged"
 PATH_RAGGED_PREFIX = "ragged+paged-prefix"  # ragged over new tokens + paged over the cached prefix, merged
+PATH_DECODE = "decode"  # one new token per request over its whole paged cache (forward_decode)
 
 
 def is_ragged_kernel(name: str) -> bool:

@@ -19,7 +19,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs
 from .errors import DetrunError
 from .fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
-from .spec import ROW_NEUTRAL
+from .spec import ROW_NEUTRAL, stored_field
 from .store import RunStore
 
 _DIR = "baselines"
@@ -105,7 +105,7 @@ def match_baseline(fp: str, fields: Dict[str, object], baselines: Sequence[dict]
 def _same_spec(store: RunStore, run_id: str, base_id: str) -> None:
     """The run and its baseline ran the same spec (claims, limits and isolation aside: they change no row)."""
     a, b = store.manifest(run_id)["spec"], store.manifest(base_id)["spec"]
-    fields = sorted(k for k in (set(a) | set(b)) - set(ROW_NEUTRAL) if a.get(k) != b.get(k))
+    fields = sorted(k for k in (set(a) | set(b)) - set(ROW_NEUTRAL) if stored_field(a, k) != stored_field(b, k))
     if fields:
         raise DetrunError(f"run {run_id} ran a different spec than its baseline {base_id} "
                           f"(differs in: {', '.join(fields)}); set a new baseline for it")
@@ -115,7 +115,7 @@ _RAN = (("backend", "backend"), ("attention kernel family", "attn"), ("wrapper p
 
 
 def backend_changes(cols: Columns, base_runs: Sequence[str], run_id: str) -> List[str]:
-    """Cells (case, request, mode) whose rows ran another backend, kernel family or wrapper path than the
+    """Cells (case, request, mode, phase) whose rows ran another backend, kernel family or wrapper path than the
     baseline's: one line per change, e.g. "backend changed against baseline B: flashinfer -> reference"."""
     status = cols.dictionary("status")
     ok = np.flatnonzero(cols.codes("status") == (status.index("ok") if "ok" in status else -1))
@@ -123,7 +123,7 @@ def backend_changes(cols: Columns, base_runs: Sequence[str], run_id: str) -> Lis
         return []
     runs = cols.dictionary("run_id")
     side = np.isin(cols.codes("run_id")[ok], [runs.index(r) for r in base_runs if r in runs])
-    cell = densify(combine([cols.codes(c)[ok] for c in ("case", "request", "mode")])[0])
+    cell = densify(combine([cols.codes(c)[ok] for c in ("case", "request", "mode", "phase")])[0])
     ran = densify(combine([cols.codes(c)[ok] for c in ("backend", "attn", "path")])[0])
     seen: Dict[Tuple[int, bool], set] = {}
     first: Dict[int, int] = {}

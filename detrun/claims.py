@@ -12,7 +12,7 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
 from .errors import DetrunError
 
-AXIS_NAMES = ("repeat", "gpu", "mode", "batch", "run")
+AXIS_NAMES = ("repeat", "gpu", "mode", "batch", "phase", "run")
 LEVELS = ("bitwise", "explained", "ignore")  # strictest first
 DEFAULT_LEVEL = "explained"
 

@@ -27,8 +27,8 @@ RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are store
 Baseline = Annotated[bool, typer.Option("--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Every axis claimed bitwise: explained differences fail too.")]
 Expect = Annotated[Optional[List[str]], typer.Option(
-    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, run): bitwise, explained or "
-                                          "ignore; over the spec's `expect` (repeatable)")]
+    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, phase, run): bitwise, "
+                                          "explained or ignore; over the spec's `expect` (repeatable)")]
 RequireBaseline = Annotated[bool, typer.Option(
     "--require-baseline", help="With --baseline: no baseline of this exact fingerprint fails (exit 1)")]
 Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]
@@ -225,7 +225,7 @@ def compare(
     details: Details = 3,
     junit: Junit = None,
 ) -> None:
-    """Check the claims: bitwise equality across repeats, GPUs, modes, batches and runs. Exit 0/1/2."""
+    """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs. Exit 0/1/2."""
     from .store import run_dirs
 
     checks = _checks(baseline, require_baseline, strict, expect, details)
@@ -296,7 +296,7 @@ def shrink(
     _names = ", ".join
     state = "budget spent: smaller, not shown minimal" if found.exhausted else "minimal: no smaller batch differs"
     print(f"{state} ({len(found.steps)} trials, {found.cells} cells): {p.request} differs between "
-          f"{p.small} ({_names(spec.cases[p.small])}) and {p.large} ({_names(spec.cases[p.large])}) ({p.mode})")
+          f"{p.small} ({_names(spec.cases[p.small])}) and {p.large} ({_names(spec.cases[p.large])}) ({p.where})")
     for row in found.rows:
         print(f"  plan in {row['case']}: {shrinking.plan_line(row)}")
     print(f"  differs in: {'; '.join(found.explain())}")

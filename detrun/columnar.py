@@ -18,29 +18,45 @@ import pyarrow.parquet as pq
 from .audit import audit_kernels
 from .errors import DetrunError
 from .fingerprint import FINGERPRINT_FIELDS
-from .store import SCHEMA, RunStore
+from .store import ADDED, SCHEMA, RunStore, with_added
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
-STRINGS = ("run_id", "case", "request", "mode", "status", "reason", "backend", "attn", "path", "plan",
+STRINGS = ("run_id", "case", "request", "mode", "phase", "status", "reason", "backend", "attn", "path", "plan",
            "out_digest", "lse_digest", "fingerprint", *_ENV)
+# Coded too, but read on first use: only a run set with a decode phase compares them (compare.py).
+LAZY = ("last_out_digest", "last_lse_digest")
 _DICT = pa.dictionary(pa.int32(), pa.string())
 DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a row needs
 
 
 def _read(store: RunStore, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
-    """Some columns of one file, dictionary-encoded where asked."""
+    """Some columns of one file, dictionary-encoded where asked; a file written before a column was
+    added (store.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
     try:
         return pq.read_table(path, columns=list(columns), filesystem=store.fs, read_dictionary=list(dictionary))
     except (pa.ArrowException, OSError) as exc:
-        raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+        error = DetrunError(f"{path}: corrupt or truncated Parquet ({exc})")
+    try:
+        names = set(pq.read_schema(path, filesystem=store.fs).names)
+    except (pa.ArrowException, OSError):
+        raise error from None
+    missing = [c for c in columns if c not in names]
+    if not missing or set(missing) - set(ADDED):
+        raise error from None
+    present = [c for c in columns if c in names]
+    table = with_added(_read(store, path, present, [d for d in dictionary if d.split(".")[0] in names]), missing)
+    return table.select(list(columns))
 
 
 def _as_codes(table: pa.Table) -> pa.Table:
-    """Coded string columns as dictionaries (a file without dictionary pages reads them plain)."""
+    """Coded string columns as dictionaries (a file without dictionary pages reads them plain; nulls,
+    the last digests of rows stored before they were added, as "")."""
     for i, f in enumerate(table.schema):
-        if f.type == pa.string() and f.name in STRINGS:
-            table = table.set_column(i, f.name, pc.dictionary_encode(table.column(i)).cast(_DICT))
+        if f.type == pa.string() and f.name in STRINGS + LAZY:
+            column = table.column(i)
+            column = pc.fill_null(column, "") if column.null_count else column
+            table = table.set_column(i, f.name, pc.dictionary_encode(column).cast(_DICT))
     return table
 
 
@@ -125,8 +141,17 @@ class Columns:
     def codes(self, column: str) -> np.ndarray:
         """int codes of a column (indices into dictionary(column) for strings), in read order."""
         if column not in self._codes:
+            if column in LAZY and column not in self.table.column_names:
+                self._load(column)
             self._codes[column] = self._read_codes(column)
         return self._codes[column]
+
+    def _load(self, column: str) -> None:
+        """A LAZY column of every file, read now (dictionaries unified across files)."""
+        parts = [_as_codes(_read(self.store, path, [column], [column])) for path in self.files]
+        empty = pa.table({column: pa.array([], _DICT)})
+        values = pa.concat_tables(parts).unify_dictionaries().column(0) if parts else empty.column(0)
+        self.table = self.table.append_column(column, values)
 
     def _read_codes(self, column: str) -> np.ndarray:
         """A column of one value is a read-only broadcast (no memory); any other is combined into one

@@ -1,10 +1,11 @@
 """Group rows and decide verdicts: equal / differs / explained by plan / missing.
 
-For each request and each axis (repeat, gpu, mode, batch, run) rows that agree on every other axis
-are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
+For each request and each axis (repeat, gpu, mode, batch, phase, run) rows that agree on every other
+axis are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
 output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
-"explained", and an equality between them is noted. Whether a difference fails is decided by the
-claims (claims.py) in findings.judge. Reads Arrow only.
+"explained", and an equality between them is noted. Along the phase axis a prefill row and a decode row
+are compared on their last query token (last_out_digest, last_lse_digest). Whether a difference fails
+is decided by the claims (claims.py) in findings.judge. Reads Arrow only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from .matrix import expected_key_array, key_layout, key_parts, row_key
 from .spec import spec_from_dict
 from .store import RunStore
 
-AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "run": "run_id"}
+AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
+                        "run": "run_id"}
+LAST = "phase"  # the axis compared on the last query token's digests
 ENV_FIELDS = FINGERPRINT_FIELDS
 PLAN_COLUMNS = ("backend", "attn", "path")
 RANK = {"n/a": 0, "equal": 1, "explained": 2, "differs": 3}
@@ -142,22 +145,30 @@ def _signature(r: dict) -> tuple:
     return tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)
 
 
-def _ident(r: dict) -> Tuple[str, str]:
-    return r["out_digest"], r["lse_digest"]
+def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
+    """The digests two rows must share: the whole output and LSE, or (last) their last query token's."""
+    pre = "last_" if last else ""
+    return r[f"{pre}out_digest"], r[f"{pre}lse_digest"]
 
 
 class _Blobs:
     def __init__(self, store: RunStore, runs: Sequence[str]):
         self.store, self.runs = store, list(runs)
 
-    def stats(self, a: dict, b: dict, which: str) -> Optional[DiffStats]:
-        da, db = a[f"{which}_digest"], b[f"{which}_digest"]
-        if da == db:
+    def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
+        """A row's stored bytes and shape; with last, only its last row (the last query token)."""
+        raw, shape = self.store.read_blob(self.runs, r[f"{which}_digest"]), list(r[f"{which}_shape"] or [])
+        if raw is None or not last or not shape or not shape[0]:
+            return raw, shape
+        return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
+
+    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Optional[DiffStats]:
+        if _ident(a, last)[which == "lse"] == _ident(b, last)[which == "lse"]:
             return None
-        raw_a, raw_b = self.store.read_blob(self.runs, da), self.store.read_blob(self.runs, db)
-        if raw_a is None or raw_b is None or a[f"{which}_shape"] != b[f"{which}_shape"]:
+        (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
+        if raw_a is None or raw_b is None or shape_a != shape_b:
             return None
-        return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], a[f"{which}_shape"])
+        return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
 
 
 def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
@@ -178,13 +189,15 @@ def _digits(first: np.ndarray, radix: int, second: np.ndarray) -> np.ndarray:
 
 def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
     """Each row's place in the run's expected keys (blocks x cells), found from its case, request,
-    mode, slot and repeat and checked against its key one file at a time; a row whose key is
+    mode, phase, slot and repeat and checked against its key one file at a time; a row whose key is
     elsewhere (or nowhere) is looked up by key in expected() (built only then)."""
     (lo, hi), modes, requests = cols.row_range(run_id), cols.dictionary("mode"), cols.dictionary("request")
-    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "slot", "repeat")}
-    combos = [(c, r, m) for c in cols.dictionary("case") for r in requests for m in modes]
-    cell = _lookup(combos, {c: i for i, c in enumerate(cells)},
-                   _digits(_digits(at["case"], len(requests), at["request"]), len(modes), at["mode"]))
+    phases = cols.dictionary("phase")
+    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "phase", "slot", "repeat")}
+    combos = [(c, r, m, p) for c in cols.dictionary("case") for r in requests for m in modes for p in phases]
+    code = _digits(_digits(at["case"], len(requests), at["request"]), len(modes), at["mode"])
+    cell = _lookup(combos, {c: i for i, c in enumerate(cells)}, _digits(code, len(phases), at["phase"]))
+    del code
     reps = int(at["repeat"].max()) + 1 if hi > lo else 1
     slots = int(at["slot"].max()) + 1 if hi > lo else 1
     slot = np.maximum(at["slot"], 0)
@@ -226,8 +239,8 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
         at = _positions(cols, run_id, cells, blocks, lambda: expected_key_array(spec, gpus))
         count = np.bincount(at[at >= 0], minlength=len(cells) * len(blocks))
         for i in np.flatnonzero(count != 1).tolist():
-            (case, request, mode), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
-            key = row_key(case, request, mode, repeat, slot)
+            (case, request, mode, phase), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
+            key = row_key(case, request, mode, repeat, slot, phase)
             if count[i] == 0:
                 result.missing.append(f"{run_id}:{key}")
             else:
@@ -241,6 +254,7 @@ class _GroupJudge:
         self.result, self.verdict, self.blobs = result, verdict, blobs
         self.axis, self.request = verdict.axis, verdict.request
         self.left = max_details
+        self.last = self.axis == LAST
 
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
         if self.left <= 0:
@@ -248,7 +262,7 @@ class _GroupJudge:
         self.left -= 1
         self.result.mismatches.append(Mismatch(
             self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
-            self.blobs.stats(a, b, "out"), self.blobs.stats(a, b, "lse"), why, tag))
+            self.blobs.stats(a, b, "out", self.last), self.blobs.stats(a, b, "lse", self.last), why, tag))
 
     def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
         """(an unexplained difference, an explained difference) in this group."""
@@ -257,20 +271,21 @@ class _GroupJudge:
             by_plan[_signature(r)].append(r)
         unexplained = explained = False
         for same in by_plan.values():  # same plan, path and environment: must be bitwise equal
-            seen = {_ident(same[0])}
+            seen = {_ident(same[0], self.last)}
             for r in same[1:]:
-                if _ident(r) not in seen:
-                    seen.add(_ident(r))
+                if _ident(r, self.last) not in seen:
+                    seen.add(_ident(r, self.last))
                     unexplained = True
                     self._record(same[0], r, explain(same[0], r), "unexplained")
         reps = [same[0] for same in by_plan.values()]
         for r in reps[1:]:  # plans differ: a difference is explained, an equality noted
-            if _ident(r) != _ident(reps[0]):
+            if _ident(r, self.last) != _ident(reps[0], self.last):
                 explained = True
                 _, name, values = cause(reps[0], r)
                 self.verdict.causes.setdefault(name, values)
                 self._record(reps[0], r, explain(reps[0], r), label(reps[0], r))
-            else:
+            elif not self.last:  # along phase the plans always differ (prefill's path, planner and kernel
+                # are never decode's): equal bits there are what phase claims, not worth a note
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
@@ -300,7 +315,7 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
 
 
 def _order(r: dict, order: Dict[str, int]) -> tuple:
-    return order[r["run_id"]], r["slot"], r["case"], r["mode"], r["repeat"]
+    return order[r["run_id"]], r["slot"], r["case"], r["phase"] != "prefill", r["mode"], r["repeat"]
 
 
 def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
@@ -435,7 +450,12 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     req = take(cols.codes("request"))
     sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
     judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
-    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, judged)
+    by_axis = dict.fromkeys(AXES, judged)
+    phase = part[AXES[LAST]]
+    if len(phase) and phase.min() != phase.max():  # prefill beside decode: only their last tokens' digests (their
+        # plans always differ, and an equality is not noted: _GroupJudge)
+        by_axis[LAST], _ = combine([take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
+    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis])
                 for axis, (group, size) in _groupings(req, part)}
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}

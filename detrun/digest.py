@@ -9,7 +9,8 @@ Two implementations give the same bits: torch integer ops (any device) and one f
 installed; `DETRUN_DIGEST=torch|triton` forces one. Loading the kernel takes ~0.5-2 s per process, so
 a task starts it in the background (`prewarm`), digests on the torch path until it is loaded, and waits
 for it (`ready`) only before capturing a CUDA graph.
-A tensor split into row ranges (one per request) is digested in one pass, with one host copy.
+A tensor split into row ranges (one per request) is digested in one pass, with one host copy; single
+rows (each request's last query token) can ride along as extra one-row segments of the same launch.
 """
 
 from __future__ import annotations
@@ -135,19 +136,26 @@ def ready() -> None:
 
 
 def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "",
-                out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Lanes [len(bounds) - 1, 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), on t's device
+                out: Optional[torch.Tensor] = None, rows: Sequence[int] = ()) -> torch.Tensor:
+    """Lanes [len(bounds) - 1 + len(rows), 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), then
+    of each single row in `rows` (a one-row segment: the lanes of that row alone), on t's device
     (written into `out`, zeroed int64 of that shape, when given)."""
     row = math.prod(t.shape[1:])
-    flat = words(t)[bounds[0] * row : bounds[-1] * row]
-    counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])]
+    flat = words(t)
+    counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])] + [row] * len(rows)
     if out is None:
         out = torch.zeros(len(counts), 2, dtype=torch.int64, device=t.device)
     if (impl or implementation(t)) == "triton":
         from .digest_triton import triton_lanes
 
-        return triton_lanes(flat, counts, out)
-    return out.copy_(torch_lanes(flat, counts))
+        starts = [a * row for a in bounds[:-1]] + [r * row for r in rows]
+        return triton_lanes(flat, counts, out, starts)
+    ranges = len(bounds) - 1
+    out[:ranges].copy_(torch_lanes(flat[bounds[0] * row : bounds[-1] * row], counts[:ranges]))
+    if rows:
+        picked = flat.view(-1, row)[torch.tensor(list(rows), dtype=torch.int64, device=t.device)]
+        out[ranges:].copy_(torch_lanes(picked.reshape(-1), counts[ranges:]))
+    return out
 
 
 def dtype_name(t: torch.Tensor) -> str:
@@ -162,10 +170,13 @@ class PendingDigests:
     """A cell's digests, launched: the lanes are computed and copied to the host behind the work
     already queued on the device; names() waits for them (by then, usually long done)."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int]):
-        segments = len(bounds) - 1
+    def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()):
+        """Digests of the row ranges [bounds[i], bounds[i+1]) of each tensor, then of each single row in
+        `rows` (each the digest of that row alone, as a tensor of one row)."""
+        segments = len(bounds) - 1 + len(rows)
         tails = ["x".join(map(str, t.shape[1:])) for t in tensors]
-        self.heads = [[f"{dtype_name(t)}|{b - a}{'x' if tail else ''}{tail}|" for a, b in zip(bounds, bounds[1:])]
+        sizes = [b - a for a, b in zip(bounds, bounds[1:])] + [1] * len(rows)
+        self.heads = [[f"{dtype_name(t)}|{n}{'x' if tail else ''}{tail}|" for n in sizes]
                       for t, tail in zip(tensors, tails)]
         self.event = None
         if not tensors:
@@ -174,7 +185,7 @@ class PendingDigests:
         device = tensors[0].device
         lanes = torch.zeros(len(tensors) * segments, 2, dtype=torch.int64, device=device)
         for i, t in enumerate(tensors):
-            split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments])
+            split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments], rows=rows)
         if device.type == "cuda":  # a pinned copy, so the host need not wait here
             self.host = torch.empty(lanes.shape, dtype=torch.int64, pin_memory=True).copy_(lanes, non_blocking=True)
             self.event = torch.cuda.Event()
@@ -193,9 +204,10 @@ class PendingDigests:
         return out
 
 
-def split_digests(tensors: Sequence[torch.Tensor], bounds: Sequence[int]) -> List[List[str]]:
-    """Per tensor, the 128-bit hex digests of its row ranges; 16 bytes per digest leave the device, in one copy."""
-    return PendingDigests(tensors, bounds).names()
+def split_digests(tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()) -> List[List[str]]:
+    """Per tensor, the 128-bit hex digests of its row ranges (then of the single rows `rows`); 16 bytes per
+    digest leave the device, in one copy."""
+    return PendingDigests(tensors, bounds, rows).names()
 
 
 def tensor_digest(t: torch.Tensor) -> str:

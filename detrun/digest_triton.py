@@ -9,7 +9,7 @@ Imported only where a digest takes this path.
 from __future__ import annotations
 
 import functools
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import triton
@@ -65,8 +65,9 @@ def _lanes_kernel(words_ptr, seg_ptr, chunk_ptr, starts_ptr, counts_ptr, out_ptr
 
 
 @functools.lru_cache(maxsize=256)
-def _table(counts: Tuple[int, ...], device: str) -> Tuple[int, torch.Tensor, ...]:
+def _table(counts: Tuple[int, ...], starts: Optional[Tuple[int, ...]], device: str) -> Tuple[int, torch.Tensor, ...]:
     """(programs, then on the device: program -> segment, program -> chunk in it, segment starts, counts).
+    Segments are consecutive from 0 unless their starts are given.
 
     Cached: every repeat of a case cuts its outputs the same way."""
     chunks = torch.tensor([-(-c // (BLOCK * UNROLL)) for c in counts], dtype=torch.int64)
@@ -74,13 +75,16 @@ def _table(counts: Tuple[int, ...], device: str) -> Tuple[int, torch.Tensor, ...
     seg = torch.repeat_interleave(torch.arange(k), chunks)
     chunk = torch.arange(n) - torch.repeat_interleave(chunks.cumsum(0) - chunks, chunks)
     sizes = torch.tensor(counts, dtype=torch.int64)
-    table = torch.cat([seg, chunk, sizes.cumsum(0) - sizes, sizes]).to(device)  # one copy to the device
+    first = sizes.cumsum(0) - sizes if starts is None else torch.tensor(starts, dtype=torch.int64)
+    table = torch.cat([seg, chunk, first, sizes]).to(device)  # one copy to the device
     return (n, *table.split([n, n, k, k]))
 
 
-def triton_lanes(flat: torch.Tensor, counts: Sequence[int], lanes: torch.Tensor) -> torch.Tensor:
-    """Adds to lanes [segments, 2] int64 (zeroed) those of a flat word tensor cut into consecutive segments."""
-    n, seg, chunk, starts, sizes = _table(tuple(counts), str(flat.device))
+def triton_lanes(flat: torch.Tensor, counts: Sequence[int], lanes: torch.Tensor,
+                 starts: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """Adds to lanes [segments, 2] int64 (zeroed) those of a flat word tensor cut into segments: consecutive
+    from its start, or of these sizes at these word offsets (any order, overlapping)."""
+    n, seg, chunk, starts, sizes = _table(tuple(counts), None if starts is None else tuple(starts), str(flat.device))
     if n == 0:
         return lanes
     partial = torch.empty(n, 2, dtype=torch.int64, device=flat.device)

@@ -2,7 +2,7 @@
 
 The rows of every run are read once as integer codes (columnar.py) and compared as arrays. A case is
 compared only with earlier runs of the same job (spec name and a hash of what defines its cells) and
-fingerprint: for each (job, case, request, mode, fingerprint) each run's set of digests is compared with
+fingerprint: for each (job, case, request, mode, phase, fingerprint) each run's set of digests is compared with
 the earliest run's; the first run whose set differs is named. A run that cannot be read is listed as
 damaged, and the others are still shown.
 """
@@ -20,10 +20,11 @@ from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
 from .errors import DetrunError
 from .findings import FAIL, WARN
-from .spec import ROW_NEUTRAL
+from .matrix import key_mode
+from .spec import ADDED_FIELDS, ROW_NEUTRAL
 from .store import RunStore
 
-_KEY = ("case", "request", "mode", "fingerprint")
+_KEY = ("case", "request", "mode", "phase", "fingerprint")
 # Spec fields that change neither which cells a job has nor what a cell computes.
 _NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", *ROW_NEUTRAL)
 _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
@@ -31,7 +32,8 @@ _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
 
 def job_of(spec: dict) -> str:
     """name@hash: the job a run belongs to (the spec without repeats, claims and profiling knobs)."""
-    defining = {k: v for k, v in spec.items() if k not in _NOT_JOB}
+    defining = {k: v for k, v in spec.items()  # a field at the value a spec stored before it means: left out
+                if k not in _NOT_JOB and (k not in ADDED_FIELDS or v != ADDED_FIELDS[k])}
     if isinstance(defining.get("flashinfer"), dict):
         defining["flashinfer"] = {k: v for k, v in defining["flashinfer"].items() if k not in _NOT_JOB_FLASHINFER}
     text = json.dumps(defining, sort_keys=True, default=str)
@@ -64,6 +66,7 @@ class Drift:
     case: str
     request: str
     mode: str
+    phase: str
     fingerprint: str
     index: int
     run_id: str
@@ -71,7 +74,8 @@ class Drift:
     since: str
 
     def __str__(self) -> str:
-        return (f"{self.job} {self.case}/{self.request}/{self.mode} [{self.fingerprint}]: first differs at run "
+        mode = key_mode(self.mode, self.phase)
+        return (f"{self.job} {self.case}/{self.request}/{mode} [{self.fingerprint}]: first differs at run "
                 f"{self.index} ({self.run_id}), against run {self.since_index} ({self.since})")
 
 
@@ -96,7 +100,7 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
 
 
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
-    """Per (job, case, request, mode, fingerprint): the first run whose set of (out, lse) digests is not
+    """Per (job, case, request, mode, phase, fingerprint): the first run whose set of (out, lse) digests is not
     the earliest run's. Sets compared as arrays of distinct (key, run, digests) codes."""
     status = cols.dictionary("status")
     ok = np.flatnonzero(cols.codes("status") == (status.index("ok") if "ok" in status else -1))
@@ -137,7 +141,7 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
         row = cols.rows_in_memory(np.array([key_rows[kk]]))[int(key_rows[kk])]
         out.append(Drift(jobs[row["run_id"]], *(row[c] for c in _KEY), int(drift[kk]), runs[int(drift[kk])],
                          int(first[kk]), runs[int(first[kk])]))
-    return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.fingerprint))
+    return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 
 def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, dict]:

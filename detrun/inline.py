@@ -7,6 +7,7 @@ import contextlib
 import os
 from typing import Dict, Iterator, List
 
+from .isolation import deferred_cell
 from .matrix import shards
 from .spec import JobSpec
 from .store import RunStore
@@ -38,7 +39,7 @@ def run_inline(store: RunStore, spec: JobSpec, run_id: str, gpus: int = 1) -> Li
     for shard in shards(spec, gpus):
         with task_env(spec.env):
             out = run_shard(data, shard, run_id)
-        left += [f"{d['case']}/{d['mode']}/r{d['repeat']}: {d['reason']}" for d in out["deferred"]]
+        left += [f"{deferred_cell(d).label}: {d['reason']}" for d in out["deferred"]]
         store.write_blobs(out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
     store.finish_run(run_id, "complete")

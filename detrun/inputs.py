@@ -109,6 +109,11 @@ class Batch:
     def span(self, i: int) -> slice:
         return slice(int(self.qo_indptr[i]), int(self.qo_indptr[i + 1]))
 
+    @property
+    def last_rows(self) -> torch.Tensor:
+        """Each request's last query row in q (int64, CPU): the token a decode step computes."""
+        return self.qo_indptr[1:].long() - 1
+
 
 def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", draws: Optional[Draws] = None) -> Batch:
     names = spec.members(case)

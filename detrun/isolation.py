@@ -39,23 +39,36 @@ class Isolated:
 
     @property
     def task_id(self) -> str:
-        return f"{self.shard.shard_id}-{self.cell.case}-{self.cell.mode}-r{self.cell.repeat}"
+        phase = "" if self.cell.phase == "prefill" else f"-{self.cell.phase}"
+        return f"{self.shard.shard_id}-{self.cell.case}-{self.cell.mode}{phase}-r{self.cell.repeat}"
 
     @property
     def key(self) -> str:
-        return f"{self.cell.case}/{self.cell.mode}/r{self.cell.repeat}/g{self.shard.slot}"
+        return f"{self.cell.label}/g{self.shard.slot}"
 
 
-def _cell_of(row: dict) -> Tuple[str, str, int]:
-    return row["case"], row["mode"], row["repeat"]
+CellKey = Tuple[str, str, int, str]  # case, mode, repeat, phase
+
+
+def _cell_of(row: dict) -> CellKey:
+    return row["case"], row["mode"], row["repeat"], row.get("phase") or "prefill"
+
+
+def _key(cell: Cell) -> CellKey:
+    return cell.case, cell.mode, cell.repeat, cell.phase
+
+
+def deferred_cell(d: dict) -> Cell:
+    """A cell a shard task handed back (worker.py's deferred entry; one without a phase is prefill)."""
+    return Cell(d["case"], d["mode"], d["repeat"], d.get("phase") or "prefill")
 
 
 def unfinished_rows(spec: JobSpec, run_id: str, shard: Shard, cells: Iterable[Cell], status: str,
                     reason: str) -> List[dict]:
     """A row per request of each cell, with no result (the cells did not finish), in the cells' order."""
-    return [make_row(run_id=run_id, key=row_key(cell.case, request, cell.mode, cell.repeat, shard.slot),
-                     case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat, slot=shard.slot,
-                     shard=shard.shard_id, status=status, reason=reason)
+    return [make_row(run_id=run_id, key=row_key(cell.case, request, cell.mode, cell.repeat, shard.slot, cell.phase),
+                     case=cell.case, request=request, mode=cell.mode, phase=cell.phase, repeat=cell.repeat,
+                     slot=shard.slot, shard=shard.shard_id, status=status, reason=reason)
             for cell in cells for request in spec.members(cell.case)]
 
 
@@ -92,18 +105,17 @@ class ShardBook:
 
     def __init__(self, spec: JobSpec, shard: Shard, out: Optional[dict], waiting: List[Cell]):
         self.spec, self.shard = spec, shard
-        self.by_cell: Dict[Tuple[str, str, int], List[dict]] = defaultdict(list)
+        self.by_cell: Dict[CellKey, List[dict]] = defaultdict(list)
         for row in (out or {}).get("rows", []):
             self.by_cell[_cell_of(row)].append(row)
         self.blobs: Dict[str, bytes] = dict((out or {}).get("blobs", {}))
         self.timings: dict = dict((out or {}).get("timings", {}))
         self.note: str = (out or {}).get("note", "")
-        self.waiting = {(c.case, c.mode, c.repeat) for c in waiting}
+        self.waiting = {_key(c) for c in waiting}
 
     def fill(self, cell: Cell, rows: List[dict], blobs: Optional[Dict[str, bytes]] = None) -> None:
-        key = (cell.case, cell.mode, cell.repeat)
-        self.waiting.discard(key)
-        self.by_cell[key] = list(rows)
+        self.waiting.discard(_key(cell))
+        self.by_cell[_key(cell)] = list(rows)
         self.blobs.update(blobs or {})
 
     @property
@@ -113,7 +125,7 @@ class ShardBook:
     def rows(self) -> List[dict]:
         """Every row of the shard, in the order its cells run."""
         return [row for cell in cells_for(self.spec, self.shard.repeats)
-                for row in self.by_cell.get((cell.case, cell.mode, cell.repeat), [])]
+                for row in self.by_cell.get(_key(cell), [])]
 
 
 class BugSamples:

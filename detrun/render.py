@@ -113,7 +113,7 @@ def print_history(hist: History, console: Console) -> None:
 
 def print_timings(rows, wall: float, steady, console: Console) -> None:
     """Where a run's seconds went, stage by stage (sums over shards; one GPU runs them in turn), and the
-    steady state: cells whose case and mode ran before in their task."""
+    steady state: cells whose case, phase and mode ran before in their task."""
     table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
     for name in ("stage", "seconds", "share", "count"):
         table.add_column(name, justify="left" if name == "stage" else "right")
@@ -143,5 +143,5 @@ def steady_line(cells: int, cell_s: float, parts: dict) -> str:
     split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
     # The host's digest and row work runs while the kernel runs: then the parts add up to more than the cell.
     tail = f"rest {ms(rest)}" if rest >= 0 else f"of which {ms(-rest)} ran on the host during the kernel"
-    return (f"steady state ({cells} cells whose case and mode ran before in their task): {ms(cell_s)} per cell "
-            f"({split}, {tail}); overhead {over}")
+    return (f"steady state ({cells} cells whose case, phase and mode ran before in their task): "
+            f"{ms(cell_s)} per cell ({split}, {tail}); overhead {over}")

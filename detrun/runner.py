@@ -23,9 +23,18 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from . import heartbeat
 from .errors import AUTH_HINT, DetrunError, interruption
-from .isolation import BugSamples, Isolated, ShardBook, finished_rows, lost_rows, reproduced, unfinished_rows
+from .isolation import (
+    BugSamples,
+    Isolated,
+    ShardBook,
+    deferred_cell,
+    finished_rows,
+    lost_rows,
+    reproduced,
+    unfinished_rows,
+)
 from .jitcache import CONTEXT_KEY as JIT_CACHE
-from .matrix import Cell, Shard, cells_for, check_size, shard_keys, shards
+from .matrix import Shard, cells_for, check_size, shard_keys, shards
 from .resources import host_peak_mb
 from .spec import JobSpec, spec_from_dict
 from .store import RunStore, new_run_id
@@ -321,8 +330,8 @@ class _ShardRun:
                   "get_s": time.perf_counter() - start}
         out["timings"] = dict(out.get("timings", {}), driver=driver)
         if out.get("deferred"):
-            return self._isolate(shard, out, [Isolated(shard, Cell(d["case"], d["mode"], d["repeat"]), d["kind"],
-                                                       d["reason"]) for d in out["deferred"]], bundle)
+            return self._isolate(shard, out, [Isolated(shard, deferred_cell(d), d["kind"], d["reason"])
+                                              for d in out["deferred"]], bundle)
         self._write(shard, out["rows"], out["blobs"], out["timings"], out["note"])
 
     def _write(self, shard: Shard, rows: List[dict], blobs: Dict[str, bytes], timings: dict, note: str) -> None:

@@ -4,7 +4,7 @@ From a run's comparison with `batch: bitwise` the first request whose bits diffe
 compositions is taken, with its first recorded pair of cases. The larger composition is then delta-debugged:
 its other requests dropped (in halves, then smaller pieces, down to one at a time), copies halved,
 prefixes dropped, unshared and halved, qo lengths halved; each candidate is a real detrun run of just
-the two cases (one mode, one repeat) on the run's backend and settings, and is kept when the request
+the two cases (one mode, one phase, one repeat) on the run's backend and settings, and is kept when the request
 still differs. It ends when no reduction still differs (or the cell budget is spent), with a job spec that
 reproduces the pair.
 """
@@ -53,10 +53,16 @@ class Pair:
     small: str
     large: str
     mode: str
+    phase: str = "prefill"
 
     @property
     def target(self) -> str:
         return self.request.partition("#")[0]
+
+    @property
+    def where(self) -> str:
+        """The mode (and the phase, when decode) the pair differs in."""
+        return self.mode if self.phase == "prefill" else f"{self.mode}, {self.phase}"
 
 
 @dataclass(frozen=True)
@@ -111,18 +117,18 @@ def failing_pair(store: RunStore, run_id: str) -> Pair:
     a, b = rows[keys[0]], rows[keys[1]]
     spec = spec_from_dict(store.manifest(run_id)["spec"], f"{run_id}/manifest.json")
     small, large = sorted((a["case"], b["case"]), key=lambda c: (len(spec.members(c)), spec.case_tokens(c)))
-    return Pair(run_id, m.request, small, large, a["mode"])
+    return Pair(run_id, m.request, small, large, a["mode"], a["phase"])
 
 
 def _spec(base: dict, pair: Pair, state: _State, trial: bool) -> JobSpec:
-    """A job of just the pair of cases, one mode and one repeat, on the run's backend and settings."""
+    """A job of just the pair of cases, one mode, one phase and one repeat, on the run's backend and settings."""
     cases = {pair.small: list(state.small), pair.large: list(state.large)}
     used = set(state.small) | set(state.large)
     used |= {state.requests[n]["prefix"] for n in used if state.requests[n].get("prefix")}
     data = {k: v for k, v in base.items() if k not in ("sweep", "swept")}
     reference = dict(base.get("reference") or {})
     reference["faults"] = {c: f for c, f in (reference.get("faults") or {}).items() if c in cases}
-    data.update(name=f"{base['name']}-found", modes=[pair.mode], repeats=1, repeats_per_task=None,
+    data.update(name=f"{base['name']}-found", modes=[pair.mode], phases=[pair.phase], repeats=1, repeats_per_task=None,
                 requests={n: state.requests[n] for n in state.requests if n in used}, cases=cases,
                 expect={**(base.get("expect") or {}), "batch": "bitwise"}, reference=reference)
     if trial:
@@ -209,7 +215,7 @@ class _Trials:
 
     @staticmethod
     def cells_of(spec: JobSpec) -> int:
-        return len(spec.cases) * len(spec.modes) * spec.repeats
+        return len(spec.cases) * len(spec.modes) * len(spec.phases) * spec.repeats
 
     def fits(self, spec: JobSpec) -> bool:
         return self.cells + self.cells_of(spec) <= self.budget
@@ -248,11 +254,11 @@ def shrink(store: RunStore, run_id: str, trial: Trial = ray_trial, budget: int =
                 on_step(steps[-1])
             return rows
 
-        rows = attempt(f"the pair as it ran: {pair.request} in {pair.small} vs {pair.large} ({pair.mode})",
+        rows = attempt(f"the pair as it ran: {pair.request} in {pair.small} vs {pair.large} ({pair.where})",
                        _spec(base, pair, state, trial=True))
         if rows is None:
             raise DetrunError(f"cannot shrink: {pair.request} did not differ between {pair.small} and {pair.large} "
-                              f"when run again ({pair.mode}, one repeat: {steps[0].outcome})")
+                              f"when run again ({pair.where}, one repeat: {steps[0].outcome})")
         exhausted = False
         while not exhausted:
             for what, candidate in _candidates(state, pair, spec.page_size):
@@ -277,7 +283,7 @@ def shrink(store: RunStore, run_id: str, trial: Trial = ray_trial, budget: int =
 def job_text(shrunk: Shrunk) -> str:
     """The minimal pair as a job file (non-default fields), with a header saying where it came from."""
     p = shrunk.pair
-    header = [f"# detrun shrink {p.run_id}: {p.request} differs between {p.small} and {p.large} ({p.mode});",
+    header = [f"# detrun shrink {p.run_id}: {p.request} differs between {p.small} and {p.large} ({p.where});",
               f"# {'; '.join(shrunk.explain())}.",
               "# `detrun submit` this file: batch is claimed bitwise, so it fails (exit 1) while the difference stays."]
     body = yaml.safe_dump(shrunk.spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)

@@ -14,7 +14,8 @@ from .errors import DetrunError
 from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
-Axis = Literal["repeat", "gpu", "mode", "batch", "run"]  # claims.AXIS_NAMES
+Phase = Literal["prefill", "decode"]  # decode: one new token per request over its whole cache
+Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run"]  # claims.AXIS_NAMES
 Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
 
@@ -59,6 +60,14 @@ class FlashInferOpts(_Model):
 # Spec fields that change no row: claims, size guards, crash isolation, the record of expanded generators
 # (their requests and cases are in the spec) (baselines and jobs ignore them).
 ROW_NEUTRAL = ("expect", "limits", "isolation", "sweep", "swept")
+# Spec fields added later, with the value a spec stored before them means (baselines and jobs compare
+# stored specs: a run of the same job must match a run stored before the field was added).
+ADDED_FIELDS: Dict[str, object] = {"phases": ["prefill"]}
+
+
+def stored_field(spec: Dict[str, object], name: str) -> object:
+    """A field of a stored spec (a dict), ADDED_FIELDS' value where the spec predates the field."""
+    return spec.get(name, ADDED_FIELDS.get(name))
 
 Fault = Literal["crash", "hang", "known_bug_crash", "known_bug_pass"]
 
@@ -87,7 +96,7 @@ class Limits(_Model):
     """Size guards, checked before anything runs (raise them with --set limits.max_rows=N)."""
 
     max_tokens: int = Field(default=1_048_576, ge=1)  # per case: qo_len + prefix_len over its members
-    max_rows: int = Field(default=2_000_000, ge=1)  # per run: members x modes x repeats x GPU slots
+    max_rows: int = Field(default=2_000_000, ge=1)  # per run: members x modes x phases x repeats x GPU slots
 
 
 class JobSpec(_Model):
@@ -97,6 +106,7 @@ class JobSpec(_Model):
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
     expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (claims.py)
     modes: List[Mode] = Field(default_factory=lambda: ["eager", "cudagraph"], min_length=1)
+    phases: List[Phase] = Field(default_factory=lambda: ["prefill"], min_length=1)
     dtype: DType = "bf16"
     heads: Heads
     head_dim: int = Field(ge=8, le=512)
@@ -138,12 +148,12 @@ class JobSpec(_Model):
             out[name] = text
         return out
 
-    @field_validator("modes")
+    @field_validator("modes", "phases")
     @classmethod
-    def _modes_unique(cls, modes: List[str]) -> List[str]:
-        if len(set(modes)) != len(modes):
-            raise ValueError("modes must not repeat")
-        return modes
+    def _unique(cls, values: List[str], info) -> List[str]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"{info.field_name} must not repeat")
+        return values
 
     @model_validator(mode="after")
     def _cases(self) -> "JobSpec":

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -39,6 +40,7 @@ SCHEMA = pa.schema(
         ("case", pa.string()),
         ("request", pa.string()),
         ("mode", pa.string()),
+        ("phase", pa.string()),  # prefill | decode
         ("repeat", pa.int32()),
         ("slot", pa.int32()),
         ("shard", pa.string()),
@@ -54,6 +56,8 @@ SCHEMA = pa.schema(
         ("lse_digest", pa.string()),
         ("lse_dtype", pa.string()),
         ("lse_shape", pa.list_(pa.int64())),
+        ("last_out_digest", pa.string()),  # the request's last query row alone (decode: out_digest itself)
+        ("last_lse_digest", pa.string()),
         ("plan", pa.string()),  # JSON
         ("kernels", pa.list_(pa.string())),
         ("plan_ms", pa.float64()),
@@ -77,6 +81,24 @@ SCHEMA = pa.schema(
 )
 STATUSES = ("ok", "skipped", "known_bug", "error")
 _DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
+# Columns added to SCHEMA later, and what a row stored before has there (None: null).
+ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None}
+
+
+def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:
+    """Rows stored before a column was added: the column with ADDED's value (phase "prefill", digests null)."""
+    for name in names:
+        field = SCHEMA.field(name)
+        table = table.append_column(field, pa.repeat(pa.scalar(ADDED[name], field.type), len(table)))
+    return table
+
+
+def as_stored(table: pa.Table) -> pa.Table:
+    """A table read with SCHEMA (absent columns null) with ADDED's values where a file lacked a column."""
+    i = table.schema.get_field_index("phase")
+    if i < 0 or not table.column(i).null_count:
+        return table
+    return table.set_column(i, "phase", pc.fill_null(table.column(i), ADDED["phase"]))
 
 
 def make_row(**fields) -> Dict[str, object]:
@@ -92,7 +114,7 @@ def make_row(**fields) -> Dict[str, object]:
         if f.name in fields:
             row[f.name] = fields[f.name]
         else:
-            row[f.name] = [] if pa.types.is_list(f.type) else _DEFAULTS[f.type]
+            row[f.name] = [] if pa.types.is_list(f.type) else ADDED.get(f.name) or _DEFAULTS[f.type]
     row["status"] = row["status"] or "ok"
     return row
 
@@ -386,7 +408,7 @@ class RunStore:
                     tables.append(pq.read_table(path, filesystem=self.fs, schema=SCHEMA))
                 except (pa.ArrowException, OSError) as exc:
                     raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
-        return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+        return as_stored(pa.concat_tables(tables)) if tables else SCHEMA.empty_table()
 
     def dataset(self, run_ids: Optional[Sequence[str]] = None) -> pads.Dataset:
         """The rows of these runs (default: every run under the root) as one pyarrow dataset."""
@@ -463,7 +485,7 @@ class RunSet:
         return pads.dataset(files, schema=SCHEMA, format="parquet", filesystem=self.fs)
 
     def read_rows(self, labels: Iterable[str]) -> pa.Table:
-        return self.dataset(list(labels)).to_table()
+        return as_stored(self.dataset(list(labels)).to_table())
 
     def __getattr__(self, name: str):
         raise DetrunError(f"runs from several places ({self.root}) can only be compared, not used for {name}; "

@@ -112,20 +112,22 @@ class ShardRunner:
                            pid=os.getpid(), **context, **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
-        self.ran: set = set()  # (case, mode) of the cells this task has run
+        self.ran: set = set()  # (case, phase, mode) of the cells this task has run
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
-        self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, kind, reason
+        self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
         self.pending: Optional[tuple] = None  # (cell, row bounds, output, digests) launched, rows not yet written
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:
         """Queue the cell's digests behind its kernel, then wait for the kernel (the next plan() may
         rewrite host buffers its launch read). The digests run on the device during the next cell's
-        plan; their rows are written (_flush) while the next cell's kernel runs."""
-        bounds = batch.qo_indptr.tolist()
+        plan; their rows are written (_flush) while the next cell's kernel runs. Prefill digests each
+        request's rows and, in the same launch, its last row alone; decode has one row per request."""
+        decode = cell.phase == "decode"
+        bounds = list(range(len(batch.requests) + 1)) if decode else batch.qo_indptr.tolist()
         with self.stages("digest"):
-            digests = PendingDigests([output.out, output.lse], bounds)
+            digests = PendingDigests([output.out, output.lse], bounds, [] if decode else [b - 1 for b in bounds[1:]])
         with self.stages("forward", count=False):  # the kernel's wait belongs to its forward
             output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
         self.pending = (cell, bounds, output, digests)
@@ -144,15 +146,18 @@ class ShardRunner:
             self._failed(cell, exc)
 
     def _fields(self, bounds: List[int], output: Output, names: List[List[str]]) -> List[dict]:
-        """Per request (rows bounds[i]:bounds[i+1]), its digest columns (and first-seen tensor bytes, when stored)."""
-        fields = []
+        """Per request (rows bounds[i]:bounds[i+1]), its digest columns (and first-seen tensor bytes, when
+        stored); names holds, after the requests' digests, their last rows' (none: each request is one row)."""
+        fields, n = [], len(bounds) - 1
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
             f = {}
-            for name, t, digest in (("out", output.out, names[0][i]), ("lse", output.lse, names[1][i])):
+            for name, t, digests in (("out", output.out, names[0]), ("lse", output.lse, names[1])):
+                digest, last = digests[i], digests[n + i] if len(digests) > n else digests[i]
                 if self.spec.store_tensors and digest not in self.blobs:
                     with self.stages("tensor copy"):
                         self.blobs[digest] = tensor_bytes(t[a:b])
-                f.update({f"{name}_digest": digest, f"{name}_dtype": dtype_name(t), f"{name}_shape": [b - a, *t.shape[1:]]})
+                f.update({f"{name}_digest": digest, f"{name}_dtype": dtype_name(t),
+                          f"{name}_shape": [b - a, *t.shape[1:]], f"last_{name}_digest": last})
             fields.append(f)
         return fields
 
@@ -162,9 +167,9 @@ class ShardRunner:
             ran = dict(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
                        kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
         for i, request in enumerate(self.spec.members(cell.case)):
-            row = dict(self.common, key=row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot),
-                       case=cell.case, request=request, mode=cell.mode, repeat=cell.repeat,
-                       status=status, reason=reason)
+            key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
+            row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
+                       repeat=cell.repeat, status=status, reason=reason)
             if output is not None:
                 row.update(digests[i], **ran)
             self.rows.append(row)
@@ -174,11 +179,12 @@ class ShardRunner:
         reason = _first_line(exc)
         self._rows(cell, "error", reason)
         if self.device.type == "cuda" and "CUDA" in str(exc):
-            self.lost = f"the task's CUDA context was lost at {cell.case}/{cell.mode}/r{cell.repeat}: {reason}"
+            self.lost = f"the task's CUDA context was lost at {cell.label}: {reason}"
         traceback.print_exc()
 
     def _defer(self, cell: Cell, kind: str, reason: str) -> None:
-        self.deferred.append(dict(case=cell.case, mode=cell.mode, repeat=cell.repeat, kind=kind, reason=reason))
+        self.deferred.append(dict(case=cell.case, mode=cell.mode, repeat=cell.repeat, phase=cell.phase, kind=kind,
+                                  reason=reason))
 
     def _cell(self, cell: Cell, batches: dict) -> None:
         if self.poisoned:
@@ -199,8 +205,9 @@ class ShardRunner:
                 with self.stages("digest: wait for prewarm"):
                     ready()
             start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
+            forward = self.backend.forward_decode if cell.phase == "decode" else self.backend.forward
             with self.stages("forward"):
-                output = self.backend.forward(batch, cell.mode, cell.repeat)
+                output = forward(batch, cell.mode, cell.repeat)
         except Exception as exc:
             self._flush()  # the cell before keeps its place in the rows
             if isinstance(exc, Unsupported):
@@ -218,11 +225,11 @@ class ShardRunner:
         except Exception as exc:
             self._failed(cell, exc)
             return
-        if (cell.case, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
+        if (cell.case, cell.phase, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
             self.stages.add(STEADY_CELL, time.perf_counter() - start)
             for part, seconds in before.items():
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
-        self.ran.add((cell.case, cell.mode))
+        self.ran.add((cell.case, cell.phase, cell.mode))
 
     def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
         """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than

@@ -83,6 +83,15 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     raise AssertionError("no row matched")
 
 
+def rewrite_rows(store: RunStore, run_id: str, change) -> None:
+    """Apply change(row) to every row of a run (e.g. another flashinfer version)."""
+    for path in store.row_files(run_id):
+        rows = pq.read_table(path, filesystem=store.fs).to_pylist()
+        for row in rows:
+            change(row)
+        store.write_rows(run_id, path.rsplit("part-", 1)[1].removesuffix(".parquet"), rows)
+
+
 def cli_main(capsys, *args):
     """(exit code, stdout, stderr) of detrun's main(args) in this process."""
     from detrun.cli import main

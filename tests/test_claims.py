@@ -37,7 +37,7 @@ def test_claims_from_spec_override_and_strict():
     assert claims_of([{"expect": {"mode": "ignore"}}, {"expect": {"mode": "bitwise"}}]).level("mode") == "bitwise"
     assert claims_of([{"expect": {"mode": "bitwise"}}], {"mode": "ignore"}).level("mode") == "ignore"
     assert set(claims_of([], strict=True).levels.values()) == {"bitwise"}
-    assert claims_of([]).levels == dict.fromkeys(("repeat", "gpu", "mode", "batch", "run"), "explained")
+    assert claims_of([]).levels == dict.fromkeys(("repeat", "gpu", "mode", "batch", "phase", "run"), "explained")
     assert load_spec("jobs/paged.yaml", ["expect.batch=bitwise"]).expect == {"batch": "bitwise"}
     with pytest.raises(DetrunError, match="expect.batch"):
         load_spec("jobs/paged.yaml", ["expect.batch=bitwize"])
@@ -72,7 +72,7 @@ def test_stated_claim_that_compared_nothing_is_said(store):
     verdict = compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}).verdict
     (unchecked,) = verdict.of("unverified_claim")
     assert unchecked.severity == "warn" and "gpu claimed bitwise, but no rows were compared" in unchecked.title
-    assert verdict.exit_code == 0 and "not compared: repeat, gpu (claimed bitwise), mode, run" in verdict.headline
+    assert verdict.exit_code == 0 and "not compared: repeat, gpu (claimed bitwise), mode, phase, run" in verdict.headline
 
 
 @pytest.mark.parametrize("data", [

@@ -27,10 +27,11 @@ def reference(store, runs):
             dups += [f"{run}:{key} x{n}"] if n > 1 else []
     ok = [r for r in rows if r["status"] == "ok"]
     sig = lambda r: tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)  # noqa: E731
-    ident = lambda r: (r["out_digest"], r["lse_digest"])  # noqa: E731
     out = {}
     for request in {r["request"] for r in ok}:
         for axis, col in AXES.items():
+            pre = "last_" if axis == "phase" else ""  # phase: prefill's last token vs decode's
+            ident = lambda r: (r[f"{pre}out_digest"], r[f"{pre}lse_digest"])  # noqa: E731
             groups = defaultdict(list)
             for r in ok:
                 if r["request"] == request:
@@ -55,6 +56,8 @@ def damage(store, run_id, rng):
             x = rng.random()
             if x < 0.08:
                 r["out_digest"] = f"{rng.randrange(3):032x}"
+            elif x < 0.11:
+                r["last_out_digest"] = f"{rng.randrange(3):032x}"
             elif x < 0.14:
                 r["plan"] = '{"kv_chunk_size": %d}' % rng.randrange(2)
             elif x < 0.17:
@@ -66,14 +69,16 @@ def damage(store, run_id, rng):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_columnar_compare_matches_brute_force(tmp_path, seed):
     store, rng = RunStore(str(tmp_path / "runs")), random.Random(seed)
-    run_inline(store, small(modes=["eager"], repeats=3), "a", gpus=2)
-    run_inline(store, small(modes=["eager"], repeats=3), "b", gpus=2)
+    phases = ["prefill", "decode"] if seed > 1 else ["prefill"]
+    run_inline(store, small(modes=["eager"], phases=phases, repeats=3), "a", gpus=2)
+    run_inline(store, small(modes=["eager"], phases=phases, repeats=3), "b", gpus=2)
     damage(store, "b", rng)
     cmp = compare_runs(store, ["a", "b"], max_details=1000)
     want, missing, dups = reference(store, ["a", "b"])
     got = {(v.request, v.axis): (v.status, v.groups, v.rows, v.differing_groups, v.explained_groups)
            for v in cmp.verdicts}
     assert got == want and any(v[0] == "differs" for v in want.values())
+    assert any(v[0] != "n/a" for (_, axis), v in want.items() if axis == "phase") == (seed > 1)
     assert cmp.missing == missing and cmp.duplicates == dups and missing and dups
     assert all(m.label == "unexplained" for m in cmp.mismatches if m.why[0].startswith("unexplained"))
     hist = history(store)

@@ -27,6 +27,17 @@ def test_split_digests_are_the_digests_of_the_slices():
     assert lses == [tensor_digest(t[a:b, :, 0].float()) for a, b in zip(bounds, bounds[1:])]
 
 
+def test_single_rows_ride_along_as_one_row_segments():
+    """The last rows a prefill cell digests beside its requests: each the digest of that row alone."""
+    t = torch.randn(10, 3, 4).to(torch.bfloat16)
+    bounds, rows = [0, 2, 2, 7, 10], [1, 6, 9, 0]
+    outs, lses = split_digests([t, t[:, :, 0].float()], bounds, rows)
+    assert outs == [tensor_digest(t[a:b]) for a, b in zip(bounds, bounds[1:])] + [tensor_digest(t[r:r + 1]) for r in rows]
+    assert lses[4:] == [tensor_digest(t[r:r + 1, :, 0].float()) for r in rows]
+    assert split_digests([t], bounds, [9])[0][:4] == split_digests([t], bounds)[0]  # the ranges' digests unchanged
+    assert split_lanes(t, bounds, rows=rows).shape == (len(bounds) - 1 + len(rows), 2)
+
+
 def test_a_one_bit_flip_changes_only_its_segment_and_both_lanes():
     t = torch.randn(12, 8).to(torch.bfloat16)
     bounds = [0, 4, 9, 12]
@@ -48,6 +59,9 @@ _INTERPRET = textwrap.dedent("""
             t = (torch.randn(rows, 4) * 50).to(dtype)
             ref, fused = split_lanes(t, bounds, impl="torch"), split_lanes(t, bounds, impl="triton")
             assert torch.equal(ref, fused), (dtype, rows, ref, fused)
+            last = [b - 1 for b in bounds[1:] if b] + [0]  # one-row segments (any order) in the same launch
+            both = split_lanes(t, bounds, impl="triton", rows=last)
+            assert torch.equal(both, split_lanes(t, bounds, impl="torch", rows=last)) and torch.equal(both[:len(ref)], ref)
             flipped = t.clone()
             flipped.view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])[-1] ^= 1
             assert not torch.equal(split_lanes(flipped, bounds, impl="triton")[-1], fused[-1])

@@ -2,7 +2,6 @@
 
 import json
 
-import pyarrow.parquet as pq
 import pytest
 
 from detrun.baseline import compare_with_baseline, list_baselines, set_baseline
@@ -12,22 +11,13 @@ from detrun.errors import DetrunError
 from detrun.fingerprint import fingerprint_of
 from detrun.history import history
 from detrun.store import RunStore
-from tests.helpers import flip_one_ulp, run_inline, small
+from tests.helpers import flip_one_ulp, rewrite_rows, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])
 
 
 def _target(row):
     return row["case"] == "alone" and row["request"] == "target"
-
-
-def _rewrite(store, run_id, change):
-    """Apply change(row) to every row of a run (e.g. another flashinfer version)."""
-    for path in store.row_files(run_id):
-        rows = pq.read_table(path).to_pylist()
-        for row in rows:
-            change(row)
-        store.write_rows(run_id, path.rsplit("part-", 1)[1].removesuffix(".parquet"), rows)
 
 
 @pytest.fixture
@@ -70,7 +60,7 @@ def test_fingerprint_mismatch_names_fields(store):
         row["flashinfer"], row["torch"] = "0.6.8", "2.14.0"
         row["fingerprint"] = fingerprint_of(row)
 
-    _rewrite(store, "upgraded", upgrade)
+    rewrite_rows(store, "upgraded", upgrade)
     flip_one_ulp(store, "upgraded", lambda r: r["case"] == "mixed" and r["request"] == "long")
     cmp = compare_with_baseline(store, "upgraded")
     context = cmp.baseline_context[0]
@@ -122,7 +112,7 @@ def test_equal_despite_different_plans_is_noted(store):
         if row["case"] == "mixed":
             row["plan"] = json.dumps(dict(json.loads(row["plan"]), kv_tile=128))
 
-    _rewrite(store, "run", replan)
+    rewrite_rows(store, "run", replan)
     cmp = compare_runs(store, ["run"])
     assert not cmp.failed
     assert any("although plans differ" in n and "plan.kv_tile: 64 vs 128" in n for n in cmp.notes)

@@ -9,6 +9,7 @@ import zlib
 import pytest
 from typer.testing import CliRunner
 
+from detrun.claims import AXIS_NAMES
 from detrun.cli import app
 from detrun.compare import collapse, compare_runs
 from detrun.junit import junit_xml
@@ -44,7 +45,8 @@ def test_junit_counts_match(store):
     root, suite, cases = _cases(junit_xml(cmp, "nightly"))
     pairs = collapse(cmp.verdicts)
     others = [f for f in cmp.verdict.findings if f.kind not in ("differs", "explained", "broken_claim")]
-    assert len(cases) == 5 + 5 * len(pairs) + len(others) == int(suite.get("tests")) == int(root.get("tests"))
+    axes = len(AXIS_NAMES)
+    assert len(cases) == axes + axes * len(pairs) + len(others) == int(suite.get("tests")) == int(root.get("tests"))
     failures = [c for c in cases if c.find("failure") is not None]
     assert len(failures) == int(suite.get("failures")) == int(root.get("failures")) == 3
     assert {(c.get("classname"), c.get("name")) for c in failures} == {
@@ -54,8 +56,8 @@ def test_junit_counts_match(store):
     assert "max ULP 1" in repeat and "unexplained" in repeat
     skipped = [c for c in cases if c.find("skipped") is not None]
     n_a = sum(cells[a].status == "n/a" for cells in pairs.values() for a in cells)
-    # n/a comparisons, the claims nothing was compared along (gpu, mode, run), the cells skipped on CPU
-    assert len(skipped) == int(suite.get("skipped")) == n_a + 3 + 1
+    # n/a comparisons, the claims nothing was compared along (gpu, mode, phase, run), the cells skipped on CPU
+    assert len(skipped) == int(suite.get("skipped")) == n_a + 4 + 1
     assert "cudagraph mode needs a CUDA device" in skipped[-1].find("skipped").text
     strict = _cases(junit_xml(compare_runs(store, ["run"], strict=True)))[1]
     assert int(strict.get("failures")) > 3  # explained differences fail when strict
@@ -135,7 +137,7 @@ def test_report_renders_in_chromium(store, tmp_path):
     rendered = dom.stdout
     assert '<svg id="heatmap"' in rendered and '<svg id="ulp-plot"' in rendered
     from detrun.compare import collapse
-    cells = len(collapse(cmp.verdicts)) * 5
+    cells = len(collapse(cmp.verdicts)) * len(AXIS_NAMES)
     assert rendered.count('class="cell"') == cells
     assert rendered.count('data-status="differs"') == 1 and 'data-status="explained"' in rendered
     assert "DETERMINISM FAILURE" in rendered and "explained by plan: kv_chunk_size" in rendered

@@ -9,7 +9,12 @@ from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
-from ..audit import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX  # noqa: F401  (the backends take them from here)
+from ..audit import (  # noqa: F401  (the backends take them from here)
+    PATH_DECODE,
+    PATH_PAGED,
+    PATH_RAGGED,
+    PATH_RAGGED_PREFIX,
+)
 from ..envflags import env_bool
 from ..inputs import Batch
 from ..spec import JobSpec
@@ -32,8 +37,8 @@ class KnownBug(Exception):
 
 @dataclass
 class Output:
-    out: torch.Tensor  # [tokens, Hq, D]
-    lse: torch.Tensor  # [tokens, Hq] float32, base 2
+    out: torch.Tensor  # [tokens, Hq, D] (decode: [requests, Hq, D])
+    lse: torch.Tensor  # [tokens, Hq] float32, base 2 (decode: [requests, Hq])
     path: str
     attn: str  # the kernel family that ran: fa2, fa3, torch-exact, ...
     plan: Dict[str, object] = field(default_factory=dict)
@@ -100,6 +105,12 @@ class AttentionBackend(abc.ABC):
     @abc.abstractmethod
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""
+
+    def forward_decode(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """Decode one new token per request: q is the request's last prefill query row (batch.q[last_rows]),
+        over its whole cache (batch.full: prefix and all qo_len tokens, itself included). out [bs, Hq, D],
+        lse [bs, Hq], in request order; path PATH_DECODE. Raise Unsupported or KnownBug to say why not."""
+        raise Unsupported(f"{self.name}: no decode")
 
 
 def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> Tuple[object, float]:

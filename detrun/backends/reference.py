@@ -1,10 +1,14 @@
-"""Pure-torch prefill (CPU or GPU): paged and ragged, plus a split-kv variant and a canary.
+"""Pure-torch prefill and decode (CPU or GPU): paged and ragged, plus a split-kv variant and a canary.
 
 Attention per request is an online softmax over fixed KV tiles in float32, so the arithmetic depends
-only on the request, never on the batch (variant "exact"). "split_kv" splits the KV range into chunks
-whose size depends on the batch (as FlashInfer FA2's planner does), stores partials in the output dtype
-and merges them: the same request rounds differently alone and in a batch. "canary" merges its chunks
-in a random order: repeats differ, so a runner that calls it reproducible is broken.
+only on the request, never on the batch (variant "exact"). A request's last query row is computed on its
+own, as the one-row step a decode of that token over the whole cache is (BLAS rounds a row differently
+in products of different heights): so exact prefill's last row and exact decode carry the same bits.
+"split_kv" splits the KV range into chunks whose size depends on the batch (prefill: as FlashInfer FA2's
+planner does; decode: as its decode planner does, a different size), stores partials in the output dtype
+and merges them: the same request rounds differently alone and in a batch, and in prefill and decode.
+"canary" merges its chunks in a random order: repeats differ, so a runner that calls it reproducible is
+broken.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import List, Tuple
+from typing import Callable, List, Tuple
 
 import torch
 
 from ..inputs import DTYPES, Batch, PageTable
 from .base import (
+    PATH_DECODE,
     PATH_PAGED,
     PATH_RAGGED_PREFIX,
     AttentionBackend,
@@ -108,6 +113,25 @@ class ReferenceBackend(AttentionBackend):
         chunk = -(-max(batch.kv_lens) // n_split)
         return -(-chunk // tile) * tile
 
+    def _decode_chunk(self, batch: Batch) -> int:
+        """KV chunk of a decode step, in tokens. split_kv as FlashInfer's decode planner picks it: the fewest
+        pages per chunk (at least 128 tokens' worth) with which every request's chunks times the KV heads
+        fit a grid of 2 x num_sms blocks; no split when the batch fills the grid already."""
+        if self.opts.variant != "split_kv":
+            return self._chunk(batch)
+        ps, heads, grid = batch.page_size, self.spec.heads.kv, 2 * self.opts.num_sms
+        pages = [max(1, -(-kv // ps)) for kv in batch.kv_lens]
+        if len(pages) * heads >= grid:
+            return max(pages) * ps  # one chunk per request
+        low, high = max(128 // ps, 1), max(pages)
+        while low < high:
+            mid = (low + high) // 2
+            if sum(-(-p // mid) for p in pages) * heads > grid:
+                low = mid + 1
+            else:
+                high = mid
+        return low * ps
+
     def _attend_range(self, q, k, v, q_pos, k0: int, chunk: int) -> State:
         causal, tile = self.spec.causal, self.opts.kv_tile
         k = k.float().repeat_interleave(self.group, dim=1)
@@ -128,11 +152,12 @@ class ReferenceBackend(AttentionBackend):
             state = merge(state, p)
         return state
 
-    def _request(self, batch: Batch, i: int, path: str, chunk: int) -> State:
+    def _request(self, batch: Batch, i: int, path: str, chunk: int, rows: Tuple[int, int]) -> State:
+        """Prefill of query rows [rows) of request i (0 is its first new token)."""
         span = batch.span(i)
-        q = batch.q[span].float()
+        q = batch.q[span.start + rows[0] : span.start + rows[1]].float()
         plen, n = batch.prefix_lens[i], batch.qo_lens[i]
-        q_pos = torch.arange(plen, plen + n, device=q.device)
+        q_pos = torch.arange(plen + rows[0], plen + rows[1], device=q.device)
         if path == PATH_PAGED:
             k = gather(batch.k_cache, batch.full, i, plen + n)
             v = gather(batch.v_cache, batch.full, i, plen + n)
@@ -143,9 +168,16 @@ class ReferenceBackend(AttentionBackend):
         k = gather(batch.k_cache, batch.prefix, i, plen)
         v = gather(batch.v_cache, batch.prefix, i, plen)
         # SGLang: ragged over new tokens (causal) + paged over the prefix (non-causal), merged.
-        pre = _empty_state(n, q.shape[1], q.shape[2], q.device) if plen == 0 else \
+        pre = _empty_state(q.shape[0], q.shape[1], q.shape[2], q.device) if plen == 0 else \
             self._attend_range(q, k, v, q_pos, 0, chunk)
         return merge(new, pre)
+
+    def _prefill(self, batch: Batch, i: int, path: str, chunk: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(out, lse) of request i: its rows but the last, then its last row on its own (as decode computes it)."""
+        n = batch.qo_lens[i]
+        parts = [finish(self._request(batch, i, path, chunk, rows)) for rows in ((0, n - 1), (n - 1, n))
+                 if rows[1] > rows[0]]
+        return torch.cat([out for out, _ in parts]).to(batch.q.dtype), torch.cat([lse for _, lse in parts])
 
     def _fault(self, case: str) -> None:
         """The negative controls of crash isolation (reference.faults)."""
@@ -164,19 +196,36 @@ class ReferenceBackend(AttentionBackend):
         chunk = self._chunk(batch)
 
         def run() -> Tuple[torch.Tensor, torch.Tensor]:
-            outs, lses = [], []
-            for i in range(len(batch.requests)):
-                out, lse = finish(self._request(batch, i, path, chunk))
-                outs.append(out.to(batch.q.dtype))
-                lses.append(lse)
+            outs, lses = zip(*(self._prefill(batch, i, path, chunk) for i in range(len(batch.requests))))
             return torch.cat(outs), torch.cat(lses)
 
+        return self._output(batch, mode, path, chunk, run)
+
+    def forward_decode(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """One token per request, its last query row, over its whole cache: the paged arithmetic of that row
+        (so exact equals prefill's last row); split_kv chunks the KV as FlashInfer's decode planner does."""
+        self._fault(batch.case)
+        chunk = self._decode_chunk(batch)
+
+        def run() -> Tuple[torch.Tensor, torch.Tensor]:
+            parts = [finish(self._request(batch, i, PATH_PAGED, chunk, (n - 1, n)))
+                     for i, n in enumerate(batch.qo_lens)]
+            return torch.cat([out for out, _ in parts]).to(batch.q.dtype), torch.cat([lse for _, lse in parts])
+
+        return self._output(batch, mode, PATH_DECODE, chunk, run)
+
+    def _output(self, batch: Batch, mode: str, path: str, chunk: int,
+                run: Callable[[], Tuple[torch.Tensor, torch.Tensor]]) -> Output:
+        """Run (eager) or capture and replay (cudagraph) one planned computation; its recorded plan."""
         split = [-(-kv // chunk) > 1 for kv in batch.kv_lens]
         plan = {
             "variant": self.opts.variant,
             "kv_tile": self.opts.kv_tile,
             "kv_chunk_size": None if self.opts.variant == "exact" else chunk,
             "split_kv": any(split),
+            # each request's last query row computed on its own (rows stored before this computed it with
+            # the others: where their bits differ, this field says why)
+            "last_row_alone": True,
         }
         # The canary's disorder is drawn on the host: a replayed graph would freeze it, so it recaptures.
         key = None if self.opts.variant == "canary" else (batch.case, path)
