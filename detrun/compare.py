@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .backends.plan_layouts import PLAN_UNKNOWN
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
@@ -47,11 +48,11 @@ class Mismatch:
     out: Optional[DiffStats]
     lse: Optional[DiffStats]
     why: List[str]
-    label: str = "unexplained"  # or "explained by plan: <field>" / "explained by environment: <field>"
+    label: str = "unexplained"  # or "unexplained (plan unknown: ...)" / "explained by plan: <field>" / ...
 
     @property
     def explained(self) -> bool:
-        return self.label != "unexplained"
+        return not self.label.startswith("unexplained")
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Comparison:
     no_baseline: str = ""  # set when a baseline was asked for and the spec has none
     require_baseline: bool = False  # a provisional or missing baseline fails
     backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
+    plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
 
     @property
     def strict(self) -> bool:
@@ -123,7 +125,11 @@ def explain(a: dict, b: dict) -> List[str]:
     """What differs between the two rows' recorded plans, paths and environments."""
     plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
     why = [f"{k}: {x} vs {y}" for k, x, y in plan + field_differences(a, b)]
-    return why or ["unexplained: same plan, path and environment"]
+    if why:
+        return why
+    unknown = unknown_plan(a)
+    return [f"unexplained: same path and environment, plans unknown ({unknown})" if unknown
+            else "unexplained: same plan, path and environment"]
 
 
 def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
@@ -135,8 +141,18 @@ def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
     return None
 
 
+def unknown_plan(r: dict) -> str:
+    """Why the row's plan (or its prefix wrapper's) could not be read; "" when it was."""
+    plan = json.loads(r["plan"] or "{}")
+    return "; ".join(str(v) for k, v in plan.items() if k.rpartition(".")[2] == PLAN_UNKNOWN)
+
+
 def label(a: dict, b: dict) -> str:
-    """Why two rows may differ: the first differing plan field, else environment field, else unexplained."""
+    """Why two rows may differ: the first differing plan field, else environment field, else unexplained.
+    A plan detrun could not read explains nothing, and cannot be taken as equal either."""
+    unknown = unknown_plan(a) or unknown_plan(b)
+    if unknown:
+        return f"unexplained (plan unknown: {unknown})"
     found = cause(a, b)
     return f"explained by {found[0]}: {found[1]}" if found else "unexplained"
 
@@ -276,16 +292,21 @@ class _GroupJudge:
                 if _ident(r, self.last) not in seen:
                     seen.add(_ident(r, self.last))
                     unexplained = True
-                    self._record(same[0], r, explain(same[0], r), "unexplained")
+                    self._record(same[0], r, explain(same[0], r), label(same[0], r))
         reps = [same[0] for same in by_plan.values()]
-        for r in reps[1:]:  # plans differ: a difference is explained, an equality noted
+        for r in reps[1:]:  # plans differ: a difference is explained (unless a plan is unknown), an equality noted
             if _ident(r, self.last) != _ident(reps[0], self.last):
-                explained = True
-                _, name, values = cause(reps[0], r)
-                self.verdict.causes.setdefault(name, values)
-                self._record(reps[0], r, explain(reps[0], r), label(reps[0], r))
-            elif not self.last:  # along phase the plans always differ (prefill's path, planner and kernel
-                # are never decode's): equal bits there are what phase claims, not worth a note
+                tag = label(reps[0], r)
+                if tag.startswith("unexplained"):
+                    unexplained = True
+                else:
+                    explained = True
+                    _, name, values = cause(reps[0], r)
+                    self.verdict.causes.setdefault(name, values)
+                self._record(reps[0], r, explain(reps[0], r), tag)
+            # along phase the plans always differ (prefill's path, planner and kernel are never decode's):
+            # equal bits there are what phase claims, not worth a note; an unknown plan is its own finding
+            elif not self.last and not (unknown_plan(reps[0]) or unknown_plan(r)):
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
@@ -402,6 +423,16 @@ def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, str
     return compare_columns(read_columns(store, runs), max_details, strict, expect)
 
 
+def _unknown_plans(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
+    """The ok rows whose plan carries plan_unknown (a plan layout the backend could not read)."""
+    plans = cols.dictionary("plan")
+    codes = [i for i, p in enumerate(plans) if p and PLAN_UNKNOWN in p and unknown_plan({"plan": p})]
+    if not codes or not len(ok):
+        return
+    rows = cols.rows_in_memory(ok[np.isin(cols.codes("plan")[ok], codes)])
+    result.plan_unknown += [(f"{r['run_id']}:{r['key']}", unknown_plan(r)) for _, r in sorted(rows.items())]
+
+
 def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
     rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
@@ -445,6 +476,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     _check_cells(cols, result)
     ok = _statuses(cols, result)
     _ran(cols, ok, result)
+    _unknown_plans(cols, ok, result)
     take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
     part = {c: take(cols.codes(c)) for c in AXES.values()}
     req = take(cols.codes("request"))

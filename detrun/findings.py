@@ -31,6 +31,7 @@ KINDS: Dict[str, str] = {
     "duplicate": "duplicate rows",
     "error": "rows that errored",
     "audit": "kernel audit failure",
+    "plan_unknown": "plan unknown (a plan layout detrun cannot read)",
     "provisional_baseline": "provisional: no baseline for this fingerprint",
     "no_baseline": "no baseline",
     "not_audited": "not audited",
@@ -186,6 +187,8 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     out += [Finding("duplicate", FAIL, f"duplicate rows for {key}", items=[key]) for key in cmp.duplicates]
     out += _grouped("error", FAIL, cmp.errors, "rows errored")
     out += [Finding("audit", FAIL, line, items=[line.split(": ", 1)[0]]) for line in cmp.audit]
+    # A warning on its own (equal bits need no explanation); any difference they take part in is unexplained.
+    out += _grouped("plan_unknown", WARN, cmp.plan_unknown, "rows with a plan detrun cannot read")
     for line in cmp.provisional:
         out.append(Finding("provisional_baseline", FAIL if cmp.require_baseline else WARN, line))
     if cmp.no_baseline:

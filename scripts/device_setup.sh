@@ -1,4 +1,4 @@
-# Sourced by the device scripts: install the carried wheels once (into /tmp/site), set the environment.
+# Sourced by the device scripts: install the carried packages once (into $SITE), set the environment.
 #   source scripts/device_setup.sh      (from the repo root, on the GPU machine)
 # Output goes to the terminal and to $OUT/<script>.log; elapsed prints the seconds since the script began.
 OUT=${OUT:-/tmp/detrun-gpu-out}
@@ -7,11 +7,15 @@ exec > >(tee -a "$OUT/$(basename "$0" .sh).log") 2>&1
 t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
 only() { [[ -z ${DETRUN_GPU_ONLY:-} || " $DETRUN_GPU_ONLY " == *" $1 "* ]]; }  # DETRUN_GPU_ONLY="id id ...": run those
-if [[ ! -d /tmp/site/flashinfer ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  [[ -f .whl/ray-core.tar.xz ]] && tar -C /tmp/site -xJf .whl/ray-core.tar.xz
+# DETRUN_WHL: the carried folder (scripts/pack-device-wheels.sh [VERSION]): .whl (the pinned flashinfer) or
+# .whl-next; each installs into its own SITE, wheels first, then its tarballs (Ray, a stripped flashinfer).
+DETRUN_WHL=${DETRUN_WHL:-.whl}
+SITE=/tmp/site${DETRUN_WHL#.whl}
+if [[ ! -d $SITE/flashinfer ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$DETRUN_WHL"/*.whl
+  for t in "$DETRUN_WHL"/*.tar.xz; do [[ -f $t ]] && tar -C "$SITE" -xJf "$t"; done
 fi
-export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
+export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH} PATH=$SITE/bin:$PATH
 export FLASHINFER_CUDA_ARCH_LIST="9.0" MAX_JOBS=16 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
 export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 COLUMNS=140
 # The carried packages are installed without byte-code (--no-compile): compile them once (0.7 s on the
@@ -22,11 +26,33 @@ import_times() {
     python3 -c "import time; t=time.perf_counter(); import $m; print('import $m %.2f s' % (time.perf_counter()-t))"
   done | paste -sd' ' -
 }
-if [[ ! -f /tmp/site/.compiled ]]; then
+if [[ ! -f $SITE/.compiled ]]; then
   [[ -n ${DETRUN_IMPORT_TIMES:-} ]] && echo "== imports before byte-compiling, first: $(import_times)" &&
     echo "== imports before byte-compiling, again: $(import_times)"
   s=$(date +%s.%N)
-  python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled
-  echo "== compileall /tmp/site: $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s"
+  python3 -m compileall -q -j 16 "$SITE" >/dev/null 2>&1; touch "$SITE/.compiled"
+  echo "== compileall $SITE: $(python3 -c "print(round($(date +%s.%N) - $s, 1))") s"
   [[ -n ${DETRUN_IMPORT_TIMES:-} ]] && echo "== imports after: $(import_times)"
 fi
+
+# The device scripts' steps: a Ray head for the submits, submit RUN_ID JOB [--set ...], compare RUN... [OPTIONS].
+ADDR=()
+start_ray() {
+  if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
+    ADDR=(--address auto)
+  fi
+  echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
+}
+submit() {  # skipped unless DETRUN_GPU_ONLY names it, or past DETRUN_GPU_BUDGET_S
+  local id=$1; shift
+  only "$id" || return 0
+  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-500} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  local s=$(date +%s)
+  python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
+  echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
+}
+compare() {  # skipped when a run was not made
+  for id in "$@"; do [[ $id == -* ]] && break; [[ -d runs/$id ]] || return 0; done
+  python3 -m detrun.cli compare "$@" --runs-root runs
+  echo "== compare $* exit $?"
+}

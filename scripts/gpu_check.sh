@@ -12,25 +12,7 @@ nvcc --version | tail -2
 python3 -c "import flashinfer, torch, ray; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
 python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
 echo "== JIT done at $(elapsed) s"
-ADDR=()
-if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
-  ADDR=(--address auto)
-fi
-echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
-
-submit() {  # submit RUN_ID JOB [--set ...]
-  local id=$1; shift
-  only "$id" || return 0
-  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-500} )); then echo "== $id SKIPPED (time budget)"; return; fi
-  local s=$(date +%s)
-  python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
-  echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
-}
-compare() {  # compare RUN [RUN ...] [OPTIONS]: skipped when a run was not made
-  for id in "$@"; do [[ $id == -* ]] && break; [[ -d runs/$id ]] || return 0; done
-  python3 -m detrun.cli compare "$@" --runs-root runs
-  echo "== compare $* exit $?"
-}
+start_ray
 # A GPU task whose flashinfer does not import: `backend: auto` must give error rows, never the reference.
 mkdir -p /tmp/broken-fi/flashinfer
 echo 'raise ImportError("libflashinfer.so: cannot open shared object file (a broken install, on purpose)")' \
@@ -54,7 +36,7 @@ submit sglang-default jobs/ragged.yaml --set name=sglang-default --set flashinfe
 submit deterministic jobs/ragged.yaml --set name=deterministic --set deterministic=true --set flashinfer.fixed_split_size=256 "${ISO[@]}"
 submit paged-bitwise jobs/paged.yaml --set name=paged --set expect.batch=bitwise   # the claim in the spec
 submit paged-again jobs/paged.yaml   # a second night of the same job, against paged as its baseline
-submit broken-fi jobs/paged.yaml --set name=broken-fi --set "env.PYTHONPATH=/tmp/broken-fi:$PWD:/tmp/site"
+submit broken-fi jobs/paged.yaml --set name=broken-fi --set "env.PYTHONPATH=/tmp/broken-fi:$PWD:$SITE"
 compare paged ragged
 compare paged paged-r2
 compare ragged ragged-r2

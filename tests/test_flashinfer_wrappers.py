@@ -12,6 +12,7 @@ import torch
 
 from detrun.backends import base
 from detrun.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
+from detrun.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
 from detrun.inputs import build_batch
 from detrun.spec import spec_from_dict
 from tests.helpers import FakeGraph, small
@@ -27,6 +28,7 @@ class _Wrapper:
     def plan(self, *args, **kwargs):
         self.plans += 1
         self.causal = kwargs.get("causal")
+        self._plan_info = [0] * len(FA2_PLAN_FIELDS)  # an FA2 plan of the pinned version's layout
 
     def run(self, q, *kv, out, lse, return_lse):
         out.copy_(q.to(out.dtype))  # deterministic, written in full
@@ -84,15 +86,13 @@ def test_ragged_prefix_path_plans_both_graph_wrappers_each_time(backend):
     assert [w.plans for w in graph] == [2, 2] and FakeGraph.captures == 1
     prefix = next(w for w in graph if isinstance(w, Paged))
     assert prefix.causal is False  # the prefix part attends to all of the cached prefix
-    assert set(out.plan) == {"backend", "prefix.backend"}
+    assert set(out.plan) == {p + k for p in ("", "prefix.") for k in ("backend",) + FA2_PLAN_KEEP}
     be.forward(build_batch(spec, "alone"), "cudagraph")
     assert FakeGraph.captures == 2 and len([w for w in _Wrapper.made if w.graph]) == 3  # another case: its own
 
 
 def _plan_per_batch_size(self, qo_indptr, *args, **kwargs):
     """An FA2 plan whose fields follow the batch: padded_batch_size = its requests; enable_cuda_graph."""
-    from detrun.backends.flashinfer import FA2_PLAN_FIELDS
-
     info = dict.fromkeys(FA2_PLAN_FIELDS, 0)
     info.update(padded_batch_size=len(qo_indptr) - 1, enable_cuda_graph=int(self.graph))
     self.plans, self._plan_info = self.plans + 1, list(info.values())

@@ -27,16 +27,8 @@ from .base import (
     capture_and_replay,
     timed,
 )
+from .plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP, prefill_kind, read_plan  # noqa: F401 (re-exported)
 
-# flashinfer PrefillPlanInfo::ToVector() order (FA2).
-FA2_PLAN_FIELDS = (
-    "padded_batch_size", "total_num_rows", "total_num_rows_offset", "cta_tile_q",
-    "request_indices_offset", "qo_tile_indices_offset", "kv_tile_indices_offset",
-    "merge_indptr_offset", "o_indptr_offset", "kv_chunk_size_ptr_offset", "v_offset", "s_offset",
-    "block_valid_mask_offset", "enable_cuda_graph", "split_kv",
-)
-# Fields that decide the arithmetic; byte offsets into the workspace are left out.
-FA2_PLAN_KEEP = ("padded_batch_size", "total_num_rows", "cta_tile_q", "enable_cuda_graph", "split_kv")
 # PR #5176 (block_valid_mask for padded CUDA-graph launches) is not in 0.6.7.post3.
 PADDED_CTA_FIX = Version("0.7.2")
 # FA2 + CUDA graph + fixed_split_size: the warm-up run never finished on the H200 (docs/gpu-results.md).
@@ -94,19 +86,13 @@ class FlashInferBackend(AttentionBackend):
         return self._caches[key]
 
     @staticmethod
-    def plan_of(w) -> Dict[str, object]:
+    def plan_of(w, version) -> Dict[str, object]:
+        """The wrapper's backend and its plan fields as this flashinfer version lays them out
+        (plan_layouts.read_plan: a layout detrun cannot read is recorded as plan_unknown)."""
         backend = getattr(w, "_backend", "?")
-        info = [int(x) for x in (w._plan_info or [])]
-        plan: Dict[str, object] = {"backend": backend}
-        if backend == "fa2" and len(info) == len(FA2_PLAN_FIELDS):
-            named = dict(zip(FA2_PLAN_FIELDS, info))
-            plan.update({k: named[k] for k in FA2_PLAN_KEEP})
-            off = named["kv_chunk_size_ptr_offset"]
-            pinned = getattr(w, "_pin_memory_int_workspace_buffer", None)
-            if pinned is not None:
-                plan["kv_chunk_size"] = int(pinned[off : off + 4].view(torch.int32)[0])
-        # FA3's plan holds only workspace offsets: its tiles are fixed per kernel, not planned.
-        return plan
+        pinned = getattr(w, "_pin_memory_int_workspace_buffer", None)
+        read = None if pinned is None else (lambda off: int(pinned[off : off + 4].view(torch.int32)[0]))
+        return {"backend": backend, **read_plan(prefill_kind(backend), version, w._plan_info, read)}
 
     # -- wrappers for one batch and path; returns (planned wrappers, run closure)
     def _graph_paged(self, batch: Batch, table: PageTable):
@@ -211,7 +197,7 @@ class FlashInferBackend(AttentionBackend):
             if graph:
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
-        plans = [self.plan_of(w) for w in wrappers]
+        plans = [self.plan_of(w, self.version) for w in wrappers]
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
