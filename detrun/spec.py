@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
 from .errors import DetrunError
+from .sglang_profile import CAPTURE_BS_0510, TENSOR_CORE_FLAG, apply_profile
 from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
@@ -43,6 +44,33 @@ class Request(_Model):
     copies: int = Field(default=1, ge=1, le=4096)
 
 
+class DecodeOpts(_Model):
+    """FlashInfer decode (BatchDecodeWithPagedKVCacheWrapper), as SGLang plans it (sglang_profile.py cites where)."""
+
+    tensor_cores: Optional[bool] = None  # None: SGLang's rule (SGLANG_FLASHINFER_USE_TENSOR_CORE, else GQA group >= 4)
+    fixed_split_size: Optional[int] = Field(default=None, ge=1)  # eager decode, in pages (tensor cores only)
+    disable_split_kv: bool = False  # eager decode (tensor cores only)
+    graph_fixed_split_size: Optional[int] = Field(default=None, ge=1)  # CUDA-graph decode
+    graph_disable_split_kv: bool = False  # CUDA-graph decode (SGLang: disable_cuda_graph_kv_split)
+    # A graph decode of bs requests runs the graph captured for the smallest of these >= bs (padded to it);
+    # larger batches run eager, as SGLang's CUDA graph runner does. Default: SGLang 0.5.10's on an H200.
+    capture_batch_sizes: List[int] = Field(default_factory=lambda: list(CAPTURE_BS_0510), min_length=1)
+
+    @field_validator("capture_batch_sizes")
+    @classmethod
+    def _sizes(cls, sizes: List[int]) -> List[int]:
+        if min(sizes) < 1 or len(set(sizes)) != len(sizes):
+            raise ValueError("capture batch sizes must be positive and distinct")
+        return sorted(sizes)
+
+
+class SGLangProfile(_Model):
+    """The FlashInfer knobs an SGLang version sets, with or without --enable-deterministic-inference."""
+
+    version: str  # one of sglang_profile.VERSIONS (apply_profile refuses another)
+    deterministic_inference: bool = False
+
+
 class FlashInferOpts(_Model):
     backend: Literal["fa2", "fa3", "auto"] = "fa2"
     ragged_backend: Optional[Literal["fa2", "fa3", "auto"]] = None
@@ -54,6 +82,7 @@ class FlashInferOpts(_Model):
     # Kernel names (torch.profiler, ~3 s to start in each process) for the first cell of each distinct
     # (path, plan) in a task, within the first N repeats (null: any repeat). Rows without names pass the audit.
     profile_repeats: Optional[int] = Field(default=1, ge=1)
+    decode: DecodeOpts = DecodeOpts()
 
 
 # Spec fields that change no row: claims, size guards, crash isolation, the record of expanded generators
@@ -97,6 +126,8 @@ class JobSpec(_Model):
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
     expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (claims.py)
     modes: List[Mode] = Field(default_factory=lambda: ["eager", "cudagraph"], min_length=1)
+    # The phase branch's field (its contract), here so jobs/sglang-*.yaml load; that branch runs decode cells.
+    phases: List[Literal["prefill", "decode"]] = Field(default_factory=lambda: ["prefill"], min_length=1)
     dtype: DType = "bf16"
     heads: Heads
     head_dim: int = Field(ge=8, le=512)
@@ -117,6 +148,10 @@ class JobSpec(_Model):
     # a validated spec always has sweep: [] (so a stored spec validates to itself).
     sweep: List[Generator] = Field(default_factory=list)
     swept: List[Generator] = Field(default_factory=list)
+    # SGLang's knobs (sglang_profile.py) fill those the job did not set; sglang_overridden lists the knobs it
+    # set otherwise (recomputed at each validation, so a stored spec validates to itself).
+    sglang: Optional[SGLangProfile] = None
+    sglang_overridden: List[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -125,6 +160,13 @@ class JobSpec(_Model):
             return expand(data, cls.model_fields["page_size"].default)
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_sglang(cls, data: object) -> object:
+        # Defined after _expand_sweep, so it runs first (pydantic runs "before" validators last-defined first):
+        # a sweep sees the profile's page_size.
+        return apply_profile(data) if isinstance(data, dict) else data
+
     @field_validator("env")
     @classmethod
     def _env(cls, env: Dict[str, Union[str, int, bool]]) -> Dict[str, str]:
@@ -132,6 +174,13 @@ class JobSpec(_Model):
         for name, value in env.items():
             if name in FORBIDDEN_FLAGS:
                 raise ValueError(f"{name} is set by Ray per task; a job spec may not set it")
+            if name == TENSOR_CORE_FLAG:  # SGLang reads it as value.lower() == "true" (sglang_profile.py)
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                if text.strip().lower() not in ("true", "false"):
+                    raise ValueError(f"{name}={text!r}: SGLang reads only 'true' as true (anything else as false); "
+                                     "write true or false")
+                out[name] = text
+                continue
             text = ("1" if value else "0") if isinstance(value, bool) else str(value)
             if name in BOOL_FLAGS:
                 parse_bool(name, text)

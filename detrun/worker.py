@@ -21,6 +21,7 @@ from .envflags import env_bool
 from .envinfo import environment, seen_flags
 from .inputs import Draws, build_batch
 from .matrix import Cell, Shard, cells_for, row_key
+from .sglang_profile import effective_knobs
 from .spec import JobSpec, spec_from_dict
 from .stages import STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 
@@ -103,6 +104,7 @@ class ShardRunner:
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,
                            use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
+                           knobs=json.dumps(effective_knobs(spec), sort_keys=True),
                            pid=os.getpid(), **(context or {}), **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
