@@ -20,7 +20,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
 from .errors import DetrunError
 from .findings import FAIL, WARN
-from .spec import ROW_NEUTRAL
+from .spec import ROW_NEUTRAL, as_validated
 from .store import RunStore
 
 _KEY = ("case", "request", "mode", "fingerprint")
@@ -31,7 +31,7 @@ _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
 
 def job_of(spec: dict) -> str:
     """name@hash: the job a run belongs to (the spec without repeats, claims and profiling knobs)."""
-    defining = {k: v for k, v in spec.items() if k not in _NOT_JOB}
+    defining = {k: v for k, v in as_validated(spec).items() if k not in _NOT_JOB}
     if isinstance(defining.get("flashinfer"), dict):
         defining["flashinfer"] = {k: v for k, v in defining["flashinfer"].items() if k not in _NOT_JOB_FLASHINFER}
     text = json.dumps(defining, sort_keys=True, default=str)

@@ -171,11 +171,15 @@ def apply_profile(data: dict) -> dict:
         return data
     version, det, profile = _profile_of(data["sglang"])
     env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    # A knob recorded as overridden but absent keeps detrun's default (a dump without defaults drops it)
+    declared = data.get("sglang_overridden") if isinstance(data.get("sglang_overridden"), list) else []
     out = dict(data)
     overridden = []
     for path, value in _values(profile, version, env).items():
         have, present = _get(out, path)
-        if not present:
+        if not present and path in declared:
+            overridden.append(path)
+        elif not present:
             _set(out, path, value)
         elif not _same(have, value):
             overridden.append(path)
@@ -193,7 +197,7 @@ def decode_tensor_cores(choice: Optional[bool], env: Mapping[str, object], qo_he
         return choice
     raw = env.get(TENSOR_CORE_FLAG)
     if raw is not None:
-        return raw is True or str(raw).strip().lower() == "true"
+        return str(raw).lower() == "true"
     return dtype in ("bf16", "fp16") and qo_heads // kv_heads >= 4
 
 

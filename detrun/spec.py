@@ -176,7 +176,7 @@ class JobSpec(_Model):
                 raise ValueError(f"{name} is set by Ray per task; a job spec may not set it")
             if name == TENSOR_CORE_FLAG:  # SGLang reads it as value.lower() == "true" (sglang_profile.py)
                 text = str(value).lower() if isinstance(value, bool) else str(value)
-                if text.strip().lower() not in ("true", "false"):
+                if text.lower() not in ("true", "false"):
                     raise ValueError(f"{name}={text!r}: SGLang reads only 'true' as true (anything else as false); "
                                      "write true or false")
                 out[name] = text
@@ -266,6 +266,15 @@ def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise DetrunError(f"{source}: {_first_error(exc)}") from None
+
+
+def as_validated(data: dict) -> dict:
+    """A stored spec as this version reads it (fields added since it was stored take their defaults), so
+    runs stored before and after a new field compare as the same spec; one that no longer validates as is."""
+    try:
+        return JobSpec.model_validate(data).model_dump(mode="json")
+    except ValidationError:
+        return data
 
 
 def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:

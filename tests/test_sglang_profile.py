@@ -86,6 +86,8 @@ def test_a_stored_spec_validates_to_itself():
     assert again == spec and again.sglang_overridden == ["flashinfer.workspace_mb"]
     stored["sglang_overridden"] = []  # a record, recomputed: it cannot hide an override
     assert spec_from_dict(stored).sglang_overridden == ["flashinfer.workspace_mb"]
+    lean = spec.model_dump(mode="json", exclude_defaults=True)  # as shrink writes found.yaml
+    assert "workspace_mb" not in lean["flashinfer"] and spec_from_dict(lean) == spec  # 512 is detrun's default
 
 
 def test_env_flags_the_profile_reads_set_its_knobs():
@@ -180,3 +182,20 @@ def test_rows_carry_the_knobs_and_the_verdict_names_the_profile(store):
     assert "ran: reference torch-exact (sglang-0.5.10-deterministic)" in headline
     run_inline(store, small(backend="reference", modes=["eager"], repeats=1), "r2")
     assert "(sglang" not in compare_runs(store, ["r2"]).verdict.headline
+
+
+def test_a_run_stored_before_these_fields_is_the_same_spec_and_job(store):
+    from detrun.baseline import _same_spec
+    from detrun.history import job_of
+
+    run_inline(store, small(backend="reference", modes=["eager"], repeats=1), "new")
+    old = store.manifest("new")["spec"]
+    for key in ("sglang", "sglang_overridden", "phases"):
+        del old[key]
+    del old["flashinfer"]["decode"]  # as stored before SGLang profiles and decode
+    store.create_run("old", old, 1)
+    _same_spec(store, "new", "old")
+    assert job_of(old) == job_of(store.manifest("new")["spec"])
+    store.create_run("profiled", spec_from_dict(job(DEFAULT, backend="reference", page_size=4)).model_dump(), 1)
+    with pytest.raises(DetrunError, match=r"differs in: .*sglang"):
+        _same_spec(store, "new", "profiled")
