@@ -4,7 +4,7 @@ The path names live here (no torch), and the backends take them from here."""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 PATH_PAGED = "paged"
 PATH_RAGGED = "ragged"
@@ -27,6 +27,8 @@ def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
     if not names:
         return None
     ragged = [k for k in names if is_ragged_kernel(k)]
+    if path == "decode":  # PATH_DECODE
+        return _audit_decode(names, ragged)
     paged = [k for k in names if is_paged_kernel(k)]
     if path == PATH_PAGED and ragged:
         return f"path paged but a ragged kernel ran: {ragged[0][:120]}"
@@ -34,4 +36,18 @@ def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
         return "path ragged but no ragged kernel ran"
     if path in (PATH_PAGED, PATH_RAGGED_PREFIX) and not paged:
         return f"path {path} but no paged kernel ran"
+    return None
+
+
+def _audit_decode(names: List[str], ragged: List[str]) -> Optional[str]:
+    """Decode runs one paged family: BatchDecodeWithPagedKVCache (CUDA cores) or, with tensor cores, the FA2
+    BatchPrefillWithPagedKVCache kernel; a merge kernel beside it when split."""
+    if ragged:
+        return f"path decode but a ragged kernel ran: {ragged[0][:120]}"
+    cuda_core = [k for k in names if "BatchDecodeWithPagedKVCache" in k]
+    tensor_core = [k for k in names if is_paged_kernel(k) and k not in cuda_core]
+    if not cuda_core and not tensor_core:
+        return "path decode but no paged kernel ran (BatchDecodeWithPagedKVCache; with tensor cores BatchPrefill...)"
+    if cuda_core and tensor_core:
+        return f"path decode ran both the CUDA-core and the tensor-core kernel: {tensor_core[0][:120]}"
     return None

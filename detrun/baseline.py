@@ -19,7 +19,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs
 from .errors import DetrunError
 from .fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
-from .spec import ROW_NEUTRAL, stored_field
+from .spec import ROW_NEUTRAL, as_validated
 from .store import RunStore
 
 _DIR = "baselines"
@@ -104,8 +104,8 @@ def match_baseline(fp: str, fields: Dict[str, object], baselines: Sequence[dict]
 
 def _same_spec(store: RunStore, run_id: str, base_id: str) -> None:
     """The run and its baseline ran the same spec (claims, limits and isolation aside: they change no row)."""
-    a, b = store.manifest(run_id)["spec"], store.manifest(base_id)["spec"]
-    fields = sorted(k for k in (set(a) | set(b)) - set(ROW_NEUTRAL) if stored_field(a, k) != stored_field(b, k))
+    a, b = (as_validated(store.manifest(r)["spec"]) for r in (run_id, base_id))
+    fields = sorted(k for k in (set(a) | set(b)) - set(ROW_NEUTRAL) if a.get(k) != b.get(k))
     if fields:
         raise DetrunError(f"run {run_id} ran a different spec than its baseline {base_id} "
                           f"(differs in: {', '.join(fields)}); set a new baseline for it")

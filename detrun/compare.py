@@ -28,6 +28,7 @@ from .columnar import Columns, combine, densify, read_columns
 from .diffstats import DiffStats, diff_stats
 from .fingerprint import FINGERPRINT_FIELDS, field_differences
 from .matrix import expected_key_array, key_layout, key_parts, row_key
+from .sglang_profile import profile_label
 from .spec import spec_from_dict
 from .store import RunStore
 
@@ -92,6 +93,7 @@ class Comparison:
     require_baseline: bool = False  # a provisional or missing baseline fails
     backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
     plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
+    profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (sglang_profile.py)
 
     @property
     def strict(self) -> bool:
@@ -472,6 +474,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     runs' specs' (expect, deterministic), then expect, then strict (every axis bitwise)."""
     specs = [cols.store.manifest(run)["spec"] for run in cols.runs]
     result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
+    result.profiles = sorted({p for p in (profile_label(s.get("sglang")) for s in specs) if p})
     result.rows = cols.n
     _check_cells(cols, result)
     ok = _statuses(cols, result)

@@ -237,7 +237,8 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
                  for c in claims if c.status == "not compared"]
     parts.append("held: " + (", ".join(held) or "none") + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))
     if cmp.backends:
-        parts.append("ran: " + ", ".join(cmp.backends))
+        profiles = f" ({', '.join(cmp.profiles)})" if cmp.profiles else ""
+        parts.append("ran: " + ", ".join(cmp.backends) + profiles)
     if cmp.audit_groups:
         parts.append(f"audit {cmp.audit_groups - len(cmp.unaudited)}/{cmp.audit_groups} plans")
     return "; ".join(parts)

@@ -21,7 +21,7 @@ from .compare import compare_columns
 from .errors import DetrunError
 from .findings import FAIL, WARN
 from .matrix import key_mode
-from .spec import ADDED_FIELDS, ROW_NEUTRAL
+from .spec import ROW_NEUTRAL, as_validated
 from .store import RunStore
 
 _KEY = ("case", "request", "mode", "phase", "fingerprint")
@@ -32,8 +32,7 @@ _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
 
 def job_of(spec: dict) -> str:
     """name@hash: the job a run belongs to (the spec without repeats, claims and profiling knobs)."""
-    defining = {k: v for k, v in spec.items()  # a field at the value a spec stored before it means: left out
-                if k not in _NOT_JOB and (k not in ADDED_FIELDS or v != ADDED_FIELDS[k])}
+    defining = {k: v for k, v in as_validated(spec).items() if k not in _NOT_JOB}
     if isinstance(defining.get("flashinfer"), dict):
         defining["flashinfer"] = {k: v for k, v in defining["flashinfer"].items() if k not in _NOT_JOB_FLASHINFER}
     text = json.dumps(defining, sort_keys=True, default=str)

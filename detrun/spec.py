@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
 from .errors import DetrunError
+from .sglang_profile import CAPTURE_BS_0510, TENSOR_CORE_FLAG, apply_profile
 from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
@@ -44,6 +45,33 @@ class Request(_Model):
     copies: int = Field(default=1, ge=1, le=4096)
 
 
+class DecodeOpts(_Model):
+    """FlashInfer decode (BatchDecodeWithPagedKVCacheWrapper), as SGLang plans it (sglang_profile.py cites where)."""
+
+    tensor_cores: Optional[bool] = None  # None: SGLang's rule (SGLANG_FLASHINFER_USE_TENSOR_CORE, else GQA group >= 4)
+    fixed_split_size: Optional[int] = Field(default=None, ge=1)  # eager decode, in pages (tensor cores only)
+    disable_split_kv: bool = False  # eager decode (tensor cores only)
+    graph_fixed_split_size: Optional[int] = Field(default=None, ge=1)  # CUDA-graph decode
+    graph_disable_split_kv: bool = False  # CUDA-graph decode (SGLang: disable_cuda_graph_kv_split)
+    # A graph decode of bs requests runs the graph captured for the smallest of these >= bs (padded to it);
+    # larger batches run eager, as SGLang's CUDA graph runner does. Default: SGLang 0.5.10's on an H200.
+    capture_batch_sizes: List[int] = Field(default_factory=lambda: list(CAPTURE_BS_0510), min_length=1)
+
+    @field_validator("capture_batch_sizes")
+    @classmethod
+    def _sizes(cls, sizes: List[int]) -> List[int]:
+        if min(sizes) < 1 or len(set(sizes)) != len(sizes):
+            raise ValueError("capture batch sizes must be positive and distinct")
+        return sorted(sizes)
+
+
+class SGLangProfile(_Model):
+    """The FlashInfer knobs an SGLang version sets, with or without --enable-deterministic-inference."""
+
+    version: str  # one of sglang_profile.VERSIONS (apply_profile refuses another)
+    deterministic_inference: bool = False
+
+
 class FlashInferOpts(_Model):
     backend: Literal["fa2", "fa3", "auto"] = "fa2"
     ragged_backend: Optional[Literal["fa2", "fa3", "auto"]] = None
@@ -55,20 +83,12 @@ class FlashInferOpts(_Model):
     # Kernel names (torch.profiler, ~3 s to start in each process) for the first cell of each distinct
     # (path, plan) in a task, within the first N repeats (null: any repeat). Rows without names pass the audit.
     profile_repeats: Optional[int] = Field(default=1, ge=1)
+    decode: DecodeOpts = DecodeOpts()
 
 
 # Spec fields that change no row: claims, size guards, crash isolation, the record of expanded generators
 # (their requests and cases are in the spec) (baselines and jobs ignore them).
 ROW_NEUTRAL = ("expect", "limits", "isolation", "sweep", "swept")
-# Spec fields added later, with the value a spec stored before them means (baselines and jobs compare
-# stored specs: a run of the same job must match a run stored before the field was added).
-ADDED_FIELDS: Dict[str, object] = {"phases": ["prefill"]}
-
-
-def stored_field(spec: Dict[str, object], name: str) -> object:
-    """A field of a stored spec (a dict), ADDED_FIELDS' value where the spec predates the field."""
-    return spec.get(name, ADDED_FIELDS.get(name))
-
 Fault = Literal["crash", "hang", "known_bug_crash", "known_bug_pass"]
 
 
@@ -127,6 +147,10 @@ class JobSpec(_Model):
     # a validated spec always has sweep: [] (so a stored spec validates to itself).
     sweep: List[Generator] = Field(default_factory=list)
     swept: List[Generator] = Field(default_factory=list)
+    # SGLang's knobs (sglang_profile.py) fill those the job did not set; sglang_overridden lists the knobs it
+    # set otherwise (recomputed at each validation, so a stored spec validates to itself).
+    sglang: Optional[SGLangProfile] = None
+    sglang_overridden: List[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +159,13 @@ class JobSpec(_Model):
             return expand(data, cls.model_fields["page_size"].default)
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_sglang(cls, data: object) -> object:
+        # Defined after _expand_sweep, so it runs first (pydantic runs "before" validators last-defined first):
+        # a sweep sees the profile's page_size.
+        return apply_profile(data) if isinstance(data, dict) else data
+
     @field_validator("env")
     @classmethod
     def _env(cls, env: Dict[str, Union[str, int, bool]]) -> Dict[str, str]:
@@ -142,6 +173,13 @@ class JobSpec(_Model):
         for name, value in env.items():
             if name in FORBIDDEN_FLAGS:
                 raise ValueError(f"{name} is set by Ray per task; a job spec may not set it")
+            if name == TENSOR_CORE_FLAG:  # SGLang reads it as value.lower() == "true" (sglang_profile.py)
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(f"{name}={text!r}: SGLang reads only 'true' as true (anything else as false); "
+                                     "write true or false")
+                out[name] = text
+                continue
             text = ("1" if value else "0") if isinstance(value, bool) else str(value)
             if name in BOOL_FLAGS:
                 parse_bool(name, text)
@@ -227,6 +265,15 @@ def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise DetrunError(f"{source}: {_first_error(exc)}") from None
+
+
+def as_validated(data: dict) -> dict:
+    """A stored spec as this version reads it (fields added since it was stored take their defaults), so
+    runs stored before and after a new field compare as the same spec; one that no longer validates as is."""
+    try:
+        return JobSpec.model_validate(data).model_dump(mode="json")
+    except ValidationError:
+        return data
 
 
 def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:

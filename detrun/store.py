@@ -63,6 +63,7 @@ SCHEMA = pa.schema(
         ("plan_ms", pa.float64()),
         ("run_ms", pa.float64()),
         ("flags", pa.string()),  # JSON, as the task saw them
+        ("knobs", pa.string()),  # JSON: the SGLang profile and every effective FlashInfer knob (sglang_profile.py)
         ("host", pa.string()),
         ("node_id", pa.string()),
         ("gpu_name", pa.string()),

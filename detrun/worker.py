@@ -23,6 +23,7 @@ from .inputs import Draws, build_batch
 from .jitcache import CONTEXT_KEY as JIT_CACHE, JitCache
 from .matrix import Cell, Shard, cells_for, row_key
 from .resources import task_peaks
+from .sglang_profile import effective_knobs
 from .spec import JobSpec, spec_from_dict
 from .stages import STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 
@@ -109,6 +110,7 @@ class ShardRunner:
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,
                            use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
+                           knobs=json.dumps(effective_knobs(spec), sort_keys=True),
                            pid=os.getpid(), **context, **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
