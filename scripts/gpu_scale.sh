@@ -9,11 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
-ADDR=()
-if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
-  ADDR=(--address auto)
-fi
-echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
+start_ray
 ROWS=()
 jit() {  # jit BACKEND
   local be=$1 root=$PWD/runs-jit-$1
