@@ -56,3 +56,12 @@ compare() {  # skipped when a run was not made
   python3 -m detrun.cli compare "$@" --runs-root runs
   echo "== compare $* exit $?"
 }
+prepare_gpu() {  # versions, the timed JIT warm-up, a Ray head: the start of a full device check
+  echo "== installed in $(elapsed) s"
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
+  nvcc --version | tail -2
+  python3 -c "import flashinfer, torch, ray; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
+  python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
+  echo "== JIT done at $(elapsed) s"
+  start_ray
+}

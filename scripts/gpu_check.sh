@@ -6,13 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_setup.sh
-echo "== installed in $(elapsed) s"
-nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
-nvcc --version | tail -2
-python3 -c "import flashinfer, torch, ray; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
-python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
-echo "== JIT done at $(elapsed) s"
-start_ray
+prepare_gpu
 # A GPU task whose flashinfer does not import: `backend: auto` must give error rows, never the reference.
 mkdir -p /tmp/broken-fi/flashinfer
 echo 'raise ImportError("libflashinfer.so: cannot open shared object file (a broken install, on purpose)")' \

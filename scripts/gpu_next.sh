@@ -9,13 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export DETRUN_WHL=.whl-next DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-420}
 source scripts/device_setup.sh
-echo "== installed in $(elapsed) s"
-nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
-nvcc --version | tail -2
-python3 -c "import flashinfer, torch, ray; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__, 'ray', ray.__version__)"
-python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
-echo "== JIT done at $(elapsed) s"
-start_ray
+prepare_gpu
 ISO=(--set "isolation.cell_timeout_s=${DETRUN_CELL_TIMEOUT_S:-60}")
 submit paged-072 jobs/paged.yaml
 submit ragged-072 jobs/ragged.yaml
