@@ -208,14 +208,17 @@ class FlashInferBackend(AttentionBackend):
         """Cells that crash or hang the GPU on this flashinfer: KnownBug (run only in an isolated worker)."""
         if self.force_known_bugs or mode != "cudagraph" or "fa2" not in (self.paged_backend, self.ragged_backend):
             return
-        if self.opts.disable_split_kv and self.version < PADDED_CTA_FIX:
+        self._split_known_bugs("FA2", self._split_args(), "the warm-up run hung (never completed) on an H200", "")
+
+    def _split_known_bugs(self, what: str, split: dict, hang: str, padded_note: str) -> None:
+        """FA2 under CUDA graph with these split arguments on this flashinfer: the known bugs, as KnownBug."""
+        if split["disable_split_kv"] and self.version < PADDED_CTA_FIX:
             raise KnownBug(
-                f"flashinfer {self.version}: FA2 + CUDA graph + disable_split_kv launches padded CTAs "
-                "without block_valid_mask (flashinfer #4002, fixed by PR #5176): illegal memory access")
-        if self.opts.fixed_split_size and self.version <= FIXED_SPLIT_GRAPH_HANG_SEEN:
-            raise KnownBug(
-                f"flashinfer {self.version}: FA2 + CUDA graph + fixed_split_size={self.opts.fixed_split_size}: "
-                "the warm-up run hung (never completed) on an H200")
+                f"flashinfer {self.version}: {what} + CUDA graph + disable_split_kv launches padded CTAs "
+                f"without block_valid_mask (flashinfer #4002, fixed by PR #5176{padded_note}): illegal memory access")
+        if split["fixed_split_size"] and self.version <= FIXED_SPLIT_GRAPH_HANG_SEEN:
+            raise KnownBug(f"flashinfer {self.version}: {what} + CUDA graph + fixed_split_size="
+                           f"{split['fixed_split_size']}: {hang}")
 
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         self._check_known_bugs(mode)
@@ -326,16 +329,10 @@ class FlashInferBackend(AttentionBackend):
         """Tensor-core decode runs the FA2 prefill kernel, so CUDA-graph decode meets prefill's known bugs."""
         if self.force_known_bugs or not self.decode_tensor_cores:
             return
-        if split["disable_split_kv"] and self.version < PADDED_CTA_FIX:
-            raise KnownBug(
-                f"flashinfer {self.version}: tensor-core decode (FA2) + CUDA graph + disable_split_kv launches padded "
-                "CTAs without block_valid_mask (flashinfer #4002, fixed by PR #5176; SGLang PRs #31349/#31387: the "
-                "grid is padded to the SM count with only bs scheduler entries initialised, stale workspace can leave "
-                "stale request/tile indices): illegal memory access")
-        if split["fixed_split_size"] and self.version <= FIXED_SPLIT_GRAPH_HANG_SEEN:
-            raise KnownBug(
-                f"flashinfer {self.version}: tensor-core decode (FA2) + CUDA graph + fixed_split_size="
-                f"{split['fixed_split_size']}: FA2 prefill's warm-up run with it hung (never completed) on an H200")
+        self._split_known_bugs(
+            "tensor-core decode (FA2)", split, "FA2 prefill's warm-up run with it hung (never completed) on an H200",
+            "; SGLang PRs #31349/#31387: the grid is padded to the SM count with only bs scheduler entries "
+            "initialised, stale workspace can leave stale request/tile indices")
 
     def _plan_decode(self, planner, indptr, indices, last_page_len, split: dict, **extra) -> None:
         s = self.spec
