@@ -251,8 +251,7 @@ class RunStore:
             return f.read()
 
     def write_json(self, rel_path: str, doc: dict) -> None:
-        data = json.dumps(doc, indent=2, sort_keys=True).encode()
-        self._write_atomic(self._p(rel_path), data)
+        self.put(rel_path, json.dumps(doc, indent=2, sort_keys=True).encode())
 
     def read_json(self, rel_path: str, what: str = "file") -> Optional[dict]:
         """The document, or None when there is none; unreadable JSON is a DetrunError."""
@@ -260,8 +259,7 @@ class RunStore:
         if not self._exists(path):
             return None
         try:
-            with self.fs.open_input_stream(path) as f:
-                doc = json.loads(f.read())
+            doc = json.loads(self.get(rel_path))
         except (ValueError, OSError) as exc:
             raise DetrunError(f"{path}: unreadable {what} ({exc})") from None
         if not isinstance(doc, dict):
