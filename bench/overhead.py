@@ -12,7 +12,7 @@ from rich.console import Console
 from detrun import runner
 from detrun.render import print_timings
 from detrun.spec import load_spec
-from detrun.stages import run_breakdown
+from detrun.stages import KERNEL_ROW, run_breakdown
 from detrun.store import RunStore
 
 
@@ -31,7 +31,7 @@ def main():
     t2 = time.perf_counter()
     rows, tasks_wall, steady = run_breakdown(store, result.run_id)
     print_timings(rows, tasks_wall, steady, Console(highlight=False, width=120))
-    kernel = sum(s for name, s, _ in rows if name == "kernel")
+    kernel = sum(s for name, s, _ in rows if name == KERNEL_ROW)
     warm = sum(s for name, s, _ in rows if name in ("graph warm-up", "profile"))
     total = t2 - t0
     print(f"{args.job} {' '.join(args.overrides)}: ray connect {t1 - t0:.2f} s, submit {t2 - t1:.2f} s, "

@@ -193,10 +193,15 @@ class PendingDigests:
         else:
             self.host = lanes.cpu()
 
-    def names(self) -> List[List[str]]:
-        """Per tensor, the 128-bit hex digest of each row range."""
+    def wait(self) -> None:
+        """Wait until the lanes are on the host (the kernels queued before them have run)."""
         if self.event is not None:
             self.event.synchronize()
+            self.event = None
+
+    def names(self) -> List[List[str]]:
+        """Per tensor, the 128-bit hex digest of each row range."""
+        self.wait()
         host, at, out = self.host.numpy(), 0, []
         for heads in self.heads:
             out.append([_hex(head, host[at + j].tobytes()) for j, head in enumerate(heads)])

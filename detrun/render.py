@@ -12,6 +12,7 @@ from rich.table import Table
 from .compare import AXES, Comparison, collapse
 from .findings import FAIL, INFO, KINDS, WARN, Finding, Verdict
 from .history import History
+from .stages import KERNEL_ROW
 
 _STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
 _SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
@@ -117,12 +118,15 @@ def print_timings(rows, wall: float, steady, console: Console) -> None:
     table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
     for name in ("stage", "seconds", "share", "count"):
         table.add_column(name, justify="left" if name == "stage" else "right")
-    total = sum(s for _, s, _ in rows) or 1.0
+    total = sum(s for name, s, _ in rows if name != KERNEL_ROW) or 1.0  # the kernels overlap the host stages
     for name, seconds, count in rows:
-        style = "bold green" if name == "kernel" else ""
-        table.add_row(f"[{style}]{name}[/]" if style else name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%",
-                      str(count))
+        if name == KERNEL_ROW:
+            continue
+        table.add_row(name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
     table.add_row("sum over shards", f"{total:.3f}", "100%", "")
+    for name, seconds, count in rows:
+        if name == KERNEL_ROW:
+            table.add_row(f"[bold green]{name}[/]", f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
     console.print(table)
     if steady:
         console.print(steady_line(*steady))

@@ -5,13 +5,14 @@ Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
 
 from __future__ import annotations
 
+import collections
 import faulthandler
 import functools
 import json
 import os
 import time
 import traceback
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional
 
 import torch
 
@@ -25,7 +26,7 @@ from .matrix import Cell, Shard, cells_for, row_key
 from .resources import task_peaks
 from .sglang_profile import effective_knobs
 from .spec import JobSpec, spec_from_dict
-from .stages import STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
+from .stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 
 
 def pick_device() -> torch.device:
@@ -35,6 +36,16 @@ def pick_device() -> torch.device:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def digest_depth() -> int:
+    """How many launched cells a task keeps in flight before writing the oldest one's rows (waiting for its
+    kernel and digests): DETRUN_DIGEST_DEPTH, default 2 (a slow host step of one cell then does not leave
+    the device idle; docs/performance.md)."""
+    raw = os.environ.get("DETRUN_DIGEST_DEPTH", "2")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"DETRUN_DIGEST_DEPTH={raw!r}: expected a whole number >= 1")
+    return int(raw)
 
 
 def cuda_present(device: torch.device) -> bool:
@@ -118,29 +129,33 @@ class ShardRunner:
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
         self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
-        self.pending: Optional[tuple] = None  # (cell, row bounds, output, digests) launched, rows not yet written
+        # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
+        self.pending: Deque[tuple] = collections.deque()
+        self.depth = digest_depth()
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:
-        """Queue the cell's digests behind its kernel, then wait for the kernel (the next plan() may
-        rewrite host buffers its launch read). The digests run on the device during the next cell's
-        plan; their rows are written (_flush) while the next cell's kernel runs. Prefill digests each
-        request's rows and, in the same launch, its last row alone; decode has one row per request."""
+        """Queue the cell's digests behind its kernel, without waiting for either: the next cell is planned
+        and launched while this kernel runs (the backend fences its own host buffers), and this cell's rows
+        are written (_flush) after that launch, so the device always has the next kernel queued. Prefill
+        digests each request's rows and, in the same launch, its last row alone; decode has one row per
+        request."""
         decode = cell.phase == "decode"
         bounds = list(range(len(batch.requests) + 1)) if decode else batch.qo_indptr.tolist()
         with self.stages("digest"):
             digests = PendingDigests([output.out, output.lse], bounds, [] if decode else [b - 1 for b in bounds[1:]])
-        with self.stages("forward", count=False):  # the kernel's wait belongs to its forward
-            output.run_ms  # noqa: B018  (waits; a failure of the kernel surfaces here, as this cell's)
-        self.pending = (cell, bounds, output, digests)
+        self.pending.append((cell, bounds, output, digests))
 
-    def _flush(self) -> None:
-        """Write the rows of the launched cell (a device error surfacing here is that cell's error)."""
-        if self.pending is None:
-            return
-        cell, bounds, output, pending = self.pending
-        self.pending = None
+    def _flush(self, keep: int = 0) -> None:
+        """Write the rows of the launched cells, oldest first, leaving the newest `keep` in flight (a device
+        error surfacing here is that cell's error)."""
+        while len(self.pending) > keep:
+            self._write(*self.pending.popleft())
+
+    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests) -> None:
         try:
+            with self.stages(DEVICE_WAIT):  # the kernel and its digests (a failure of the kernel surfaces here)
+                pending.wait()
             with self.stages("digest"):
                 names = pending.names()
             self._rows(cell, "ok", output=output, digests=self._fields(bounds, output, names))
@@ -181,7 +196,7 @@ class ShardRunner:
         reason = _first_line(exc)
         self._rows(cell, "error", reason)
         if self.device.type == "cuda" and "CUDA" in str(exc):
-            self.lost = f"the task's CUDA context was lost at {cell.label}: {reason}"
+            self.lost = self.lost or f"the task's CUDA context was lost at {cell.label}: {reason}"
         traceback.print_exc()
 
     def _defer(self, cell: Cell, kind: str, reason: str) -> None:
@@ -189,6 +204,8 @@ class ShardRunner:
                                   reason=reason))
 
     def _cell(self, cell: Cell, batches: dict) -> None:
+        if self.poisoned or self.lost:
+            self._flush()  # rows stay in cell order
         if self.poisoned:
             self._rows(cell, "error", f"not run: {self.poisoned}")
             return
@@ -221,7 +238,7 @@ class ShardRunner:
             else:
                 self._failed(cell, exc)
             return
-        self._flush()  # the cell before (its digests ran during this cell's plan), while this kernel runs
+        self._flush(self.depth - 1)  # the cells before (their digests ran during this plan), while this kernel runs
         try:
             self._launch(cell, batch, output)
         except Exception as exc:

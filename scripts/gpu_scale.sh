@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The JIT cache and the 10,000-cell sweep on a fresh GPU machine, in one device call (~8 min), printed as
 # Markdown rows for docs/performance.md ("JIT cache", "10,000-cell sweep").
-#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep": only those steps;
+#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep ...": only those;
 #                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases
 # jit-<backend>: jobs/paged.yaml with FlashInfer's JIT dir and the cache empty (cold: it compiles and stores
 # its modules under the runs root), then with the JIT dir wiped again (the modules come from the cache).
@@ -28,15 +28,23 @@ jit() {  # jit BACKEND
 }
 jit fa2
 jit fa3
-if only sweep; then
-  left=$(( ${DETRUN_GPU_BUDGET_S:-560} - $(elapsed) ))
-  if (( left < 90 )); then
-    echo "== sweep SKIPPED (time budget: ${left} s left)"
-  else  # the runs root of jit-fa2: its FA2 module comes from the cache
-    timeout "$left" python3 bench/sweep_scale.py --scale "${DETRUN_SWEEP_SCALE:-1}" --runs-root "$PWD/runs-jit-fa2" \
-      "${ADDR[@]}"
-    echo "== sweep exit $? at $(elapsed) s"
-  fi
+SWEEPS=()
+sweep() {  # sweep STEP [--set ...]: bench/sweep_scale.py in the runs root of jit-fa2 (its FA2 module cached)
+  local step=$1; shift
+  only "$step" || return 0
+  local left=$(( ${DETRUN_GPU_BUDGET_S:-560} - $(elapsed) ))
+  if (( left < 90 )); then echo "== $step SKIPPED (time budget: ${left} s left)"; return; fi
+  timeout "$left" python3 bench/sweep_scale.py --scale "${DETRUN_SWEEP_SCALE:-1}" --runs-root "$PWD/runs-jit-fa2" \
+    "${ADDR[@]}" "$@" 2>&1 | tee "$OUT/$step.log"
+  echo "== $step exit ${PIPESTATUS[0]} at $(elapsed) s"
+  SWEEPS+=("$(grep -m1 -oP '^run \K[^:]+' "$OUT/$step.log")")
+}
+sweep sweep
+# sweep-depth1: one launched cell in flight, not two (DETRUN_DIGEST_DEPTH=1); compared with sweep's run: same bits.
+sweep sweep-depth1 --set env.DETRUN_DIGEST_DEPTH=1
+if (( ${#SWEEPS[@]} > 1 )); then
+  python3 -m detrun.cli compare "${SWEEPS[@]}" --runs-root "$PWD/runs-jit-fa2" 2>&1 | tail -25
+  echo "== compare ${SWEEPS[*]}: exit ${PIPESTATUS[0]}"
 fi
 echo "== JIT cache, jobs/paged.yaml (time to verdict: the whole \`detrun submit\`, Ray head already up)"
 echo "| backend | JIT dir empty, modules from | time to verdict s | exit | jit cache (detrun timings) |"

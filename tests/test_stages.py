@@ -7,7 +7,7 @@ import torch
 
 from detrun.backends.base import KernelTime
 from detrun.matrix import Shard
-from detrun.stages import Stages, breakdown, process_started_unix
+from detrun.stages import KERNEL_ROW, Stages, breakdown, process_started_unix
 from detrun.store import RunStore
 from detrun.worker import run_shard
 from tests.helpers import run_inline, small
@@ -33,16 +33,18 @@ def test_breakdown_subtracts_nested_stages_and_gaps():
     shard = {
         "stages": {"backend init": {"s": 2.0, "n": 1}, "import flashinfer": {"s": 1.5, "n": 1},
                    "forward": {"s": 3.0, "n": 4}, "plan": {"s": 0.5, "n": 4}, "kernel": {"s": 2.0, "n": 4},
-                   "digest": {"s": 0.25, "n": 8}},
+                   "digest": {"s": 0.25, "n": 8}, "device wait": {"s": 0.5, "n": 4}},
         "process_started_unix": 101.0, "task_entered_unix": 103.0, "returned_unix": 112.0,
         "import_s": 1.0, "run_s": 6.0,
         "driver": {"submitted_unix": 100.0, "ready_unix": 112.5, "get_s": 0.1, "write_s": 0.2},
     }
     got = {name: (s, n) for name, s, n in breakdown({"placement_group_s": 0.3}, {"g0": shard, "g1": shard})}
     assert got["backend init (rest)"] == (1.0, 2) and got["import flashinfer"] == (3.0, 2)
-    assert got["forward (rest)"] == (1.0, 8) and got["kernel"] == (4.0, 8)
+    # the kernels are device time beside the host stages (not nested in forward, not in the wall's sum)
+    assert got["forward (rest)"] == (5.0, 8) and got[KERNEL_ROW] == (4.0, 8) and "kernel" not in got
+    assert got["device wait"] == (1.0, 8)
     assert got["schedule + start worker process"][0] == 2.0 and got["Ray worker boot"][0] == 4.0
-    assert got["task (rest: rows, hooks)"][0] == pytest.approx(2 * (6.0 - 5.25))
+    assert got["task (rest: rows, hooks)"][0] == pytest.approx(2 * (6.0 - 5.75))
     assert got["return result to driver"][0] == 1.0 and got["placement group"][0] == 0.3
 
 
@@ -108,7 +110,7 @@ def test_kernel_time_is_read_late_and_counted_once():
     cells = len(small()["cases"])
     stages = out["timings"]["stages"]
     assert stages["kernel"]["n"] == cells  # every cell's kernel read, the last one too
-    assert stages["forward"]["n"] == cells and stages["forward"]["s"] >= stages["kernel"]["s"]  # the wait is forward's
+    assert stages["forward"]["n"] == cells and stages["device wait"]["n"] == cells  # each cell's wait: at its rows
     assert all(r["run_ms"] > 0 for r in out["rows"])
 
 
@@ -119,3 +121,23 @@ def test_steady_line_says_when_host_work_overlapped_the_kernel():
     assert "15.000 ms per cell" in line and "rest 0.500 ms" in line and "overhead 15.4%" in line
     line = steady_line(2, 0.028, {"kernel": 0.026, "plan": 0.002, "digest": 0.002})
     assert "of which 1.000 ms ran on the host during the kernel" in line and "overhead 7.7%" in line
+
+
+def test_a_plan_waits_for_the_last_plans_copies_not_for_the_running_kernel():
+    """plan() rewrites the wrapper's pinned host buffer: it first waits for the event recorded after the last
+    plan (its copy to the device), never for the kernel that may still run; the wait is "device wait"."""
+    from detrun.backends.flashinfer import FlashInferBackend
+
+    log = []
+
+    class Fence:
+        def synchronize(self):
+            log.append("fence")
+
+    be = FlashInferBackend.__new__(FlashInferBackend)
+    be.stages, be.device, be._plan_fence = Stages(), torch.device("cpu"), None
+    assert be._timed_plan(lambda: log.append("plan 1") or 1, False)[0] == 1
+    assert log == ["plan 1"] and "device wait" not in be.stages.seconds  # nothing planned before: no wait
+    be._plan_fence = Fence()
+    be._timed_plan(lambda: log.append("plan 2"), False)
+    assert log == ["plan 1", "fence", "plan 2"] and be.stages.counts["device wait"] == 1

@@ -1,6 +1,9 @@
 """One shard in-process: cells that fail become error rows; the shard still returns every row."""
 
+import pytest
+
 from detrun import digest
+from detrun.backends.base import KernelTime
 from detrun.backends.reference import ReferenceBackend
 from detrun.matrix import Shard, cells_for, expected_keys, row_key
 from detrun.runner import failure_line
@@ -57,3 +60,34 @@ def test_a_digest_that_cannot_be_read_is_its_cells_error(monkeypatch):
 def test_failure_line_takes_the_cause():
     exc = RuntimeError("ray::shard_task() (pid=1)\n  File x\nValueError: bad plan")
     assert failure_line(exc) == "ValueError: bad plan"
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_next_cell_is_launched_before_the_host_waits_for_a_kernel(monkeypatch, depth):
+    """The device always has the next kernel queued: cell i+1 is planned and launched before the host waits for
+    cell i's kernel (its time, its digests: at its rows); no cell's kernel is waited for at its own launch."""
+    log, forward, wait, kernel = [], ReferenceBackend.forward, digest.PendingDigests.wait, KernelTime.wait
+
+    def logged_forward(self, batch, mode, repeat=0):
+        log.append("forward")
+        return forward(self, batch, mode, repeat)
+
+    def logged(kind, real):
+        def wait_once(self):  # names() and run_ms wait again: no-ops, not logged
+            if not getattr(self, "waited", False):
+                log.append(kind)
+                self.waited = True
+            return real(self)
+        return wait_once
+
+    monkeypatch.setattr(ReferenceBackend, "forward", logged_forward)
+    monkeypatch.setattr(digest.PendingDigests, "wait", logged("digests", wait))
+    monkeypatch.setattr(KernelTime, "wait", logged("kernel", kernel))
+    monkeypatch.setenv("DETRUN_DIGEST_DEPTH", str(depth))
+    data = small(modes=["eager"], repeats=1)
+    rows = run_shard(data, Shard(0, (0,)), "w3")["rows"]
+    n = len(data["cases"])
+    waits = [(kind, log[:at].count("forward")) for at, kind in enumerate(log) if kind != "forward"]
+    # cell i's waits (digests, then its kernel time) come after cell i+depth's forward (the last ones after the loop)
+    assert waits == [(kind, min(i + 1 + depth, n)) for i in range(n) for kind in ("digests", "kernel")]
+    assert [r["key"] for r in rows] == _in_cell_order(data)

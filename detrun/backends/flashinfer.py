@@ -23,6 +23,7 @@ from packaging.version import Version
 
 from ..inputs import DTYPES, Batch, PageTable
 from ..sglang_profile import decode_tensor_cores
+from ..stages import DEVICE_WAIT
 from . import base as _base
 from .base import (
     PATH_DECODE,
@@ -87,6 +88,7 @@ class FlashInferBackend(AttentionBackend):
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_builds: Dict[Tuple[str, str], tuple] = {}
         self._profiled_plans: Set[Tuple[str, str]] = set()  # (path, plan JSON) whose kernels this task recorded
+        self._plan_fence: Optional[torch.cuda.Event] = None  # recorded after the last plan()'s copies
         # Decode: read once here, as SGLang's should_use_tensor_core runs in FlashInferAttnBackend.__init__.
         self.decode_tensor_cores = decode_tensor_cores(
             self.opts.decode.tensor_cores, os.environ, spec.heads.qo, spec.heads.kv, spec.dtype)
@@ -233,7 +235,15 @@ class FlashInferBackend(AttentionBackend):
         return self._finish(run, mode, (batch.case, path), plan, path, plan, attn, repeat, plan_ms)
 
     def _timed_plan(self, prepare: Callable[[], object], graph: bool):
-        """(prepare(), its host milliseconds, added to the "plan" stage); plan() errors said plainly."""
+        """(prepare(), its host milliseconds, added to the "plan" stage); plan() errors said plainly.
+
+        plan() writes the wrapper's pinned host buffer and queues its copy to the device; the previous cell's
+        kernel may still be running. Only that copy must be done before the buffer is rewritten (the next
+        copy queues behind the running kernel), so each plan waits for an event recorded after the last one.
+        """
+        if self._plan_fence is not None:
+            with self.stages(DEVICE_WAIT):
+                self._plan_fence.synchronize()
         try:
             # Host time of plan(): its copies queue behind the previous cell's digests, not waited for.
             result, plan_ms = timed(prepare, self.device, sync=False)
@@ -245,6 +255,9 @@ class FlashInferBackend(AttentionBackend):
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
         self.stages.add("plan", plan_ms / 1e3)
+        if self.device.type == "cuda":
+            self._plan_fence = torch.cuda.Event()
+            self._plan_fence.record()
         return result, plan_ms
 
     def _finish(self, run, mode: str, key, graph_plan, path: str, plan: Dict[str, object], attn: str,
