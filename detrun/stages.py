@@ -47,7 +47,7 @@ def process_started_unix() -> Optional[float]:
     return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
-JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # jitcache.py; count: the modules moved
+JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # run/jitcache.py; count: the modules moved
 # Stages nested in another: their parent is reported as "<parent> (rest)" without them. "forward"
 # includes the wait for its kernel. Host work done while a kernel runs (the previous cell's rows, this
 # cell's kernel profile) is counted in its own stage too, so the stages can add up to a little more
