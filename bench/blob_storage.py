@@ -19,7 +19,7 @@ import time
 
 from detrun import exitpolicy
 from detrun.cli import app
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 
 
 def tree_bytes(path: str) -> tuple:

@@ -22,16 +22,16 @@ import time
 GOAL_S = 10.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = {
-    "compare": "from detrun.compare import compare_runs; from detrun.store import RunStore; "
+    "compare": "from detrun.judge.compare import compare_runs; from detrun.store.runs import RunStore; "
                "s = RunStore({root!r}); t = time.perf_counter(); c = compare_runs(s, s.list_runs()); "
                "print('@T', time.perf_counter() - t); "
                "print(c.rows, 'rows,', len(c.mismatches), 'mismatches,', len(c.missing), 'missing, exit', c.exit_code)",
-    "history": "from detrun.history import history; from detrun.store import RunStore; "
+    "history": "from detrun.judge.history import history; from detrun.store.runs import RunStore; "
                "t = time.perf_counter(); h = history(RunStore({root!r})); print('@T', time.perf_counter() - t); "
                "print(len(h.runs), 'runs,', len(h.drifts), 'drifts')",
 }
 CLI = {
-    "detrun compare": "from detrun.cli import main; from detrun.store import RunStore; import sys; "
+    "detrun compare": "from detrun.cli import main; from detrun.store.runs import RunStore; import sys; "
                       "sys.argv = ['detrun', 'compare', *RunStore({root!r}).list_runs(), '--runs-root', {root!r}]; main()",
     "detrun history": "from detrun.cli import main; import sys; "
                       "sys.argv = ['detrun', 'history', '--runs-root', {root!r}]; main()",

@@ -14,14 +14,14 @@ import time
 
 import torch
 
-from detrun.backends.base import timed
-from detrun.digest import split_digests, split_lanes, tensor_bytes
+from detrun.kernels.backends.base import timed
+from detrun.kernels.digest import split_digests, split_lanes, tensor_bytes
 
 FRESH = """
 import time, torch
 x = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()  # CUDA context first
 t0 = time.perf_counter(); import triton; t1 = time.perf_counter()
-from detrun.digest import split_lanes
+from detrun.kernels.digest import split_lanes
 split_lanes(x, [0, x.shape[0]], impl="triton"); torch.cuda.synchronize(); t2 = time.perf_counter()
 split_lanes(x, [0, x.shape[0]], impl="torch"); torch.cuda.synchronize(); t3 = time.perf_counter()
 print(f"import triton {t1 - t0:.3f} s, first triton digest (compile or load the kernel) {t2 - t1:.3f} s, "

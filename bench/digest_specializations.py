@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from detrun import digest
-from detrun.digest_triton import _lanes_kernel
+from detrun.kernels import digest
+from detrun.kernels.digest_triton import _lanes_kernel
 
 
 def main():

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from detrun.matrix import key_parts, shards
-from detrun.spec import spec_from_dict
-from detrun.store import SCHEMA, RunStore, make_row
+from detrun.spec.matrix import key_parts, shards
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import SCHEMA, RunStore, make_row
 
 SLOTS, MODES, CASES, REPEATS, PER_TASK = 4, ["eager", "cudagraph"], 25, 25, 5
 DIFFS = 3

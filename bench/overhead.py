@@ -9,11 +9,11 @@ import time
 
 from rich.console import Console
 
-from detrun import runner
-from detrun.render import print_timings
-from detrun.spec import load_spec
+from detrun.run import runner
+from detrun.present.render import print_timings
+from detrun.spec.model import load_spec
 from detrun.stages import KERNEL_ROW, run_breakdown
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 
 
 def main():

@@ -27,10 +27,10 @@ os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "") 
 
 import ray  # noqa: E402
 
-from detrun import runner  # noqa: E402
-from detrun.compare import compare_runs  # noqa: E402
-from detrun.spec import load_spec, spec_from_dict  # noqa: E402
-from detrun.store import RunStore  # noqa: E402
+from detrun.run import runner  # noqa: E402
+from detrun.judge.compare import compare_runs  # noqa: E402
+from detrun.spec.model import load_spec, spec_from_dict  # noqa: E402
+from detrun.store.runs import RunStore  # noqa: E402
 from tests.helpers import small  # noqa: E402
 
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from detrun import runner
-from detrun.baseline import comparison
-from detrun.jitcache import cache_root
-from detrun.matrix import cells_for, check_size
-from detrun.render import print_timings, steady_overhead
-from detrun.resources import host_peak_mb, peaks, run_lines
-from detrun.spec import JobSpec, apply_overrides, spec_from_dict
+from detrun.run import runner
+from detrun.judge.baseline import comparison
+from detrun.run.jitcache import cache_root
+from detrun.spec.matrix import cells_for, check_size
+from detrun.present.render import print_timings, steady_overhead
+from detrun.run.resources import host_peak_mb, peaks, run_lines
+from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
 from detrun.stages import run_breakdown
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 
 JOB = str(Path(__file__).parent / "jobs" / "sweep10k.yaml")
 LENGTHS = (("qo_len", 1), ("prefix_len", 0))  # a length field and its least value

@@ -47,13 +47,13 @@ def _console():
 
 
 def _compare_and_print(store, runs: List[str], checks, junit: Optional[Path] = None) -> int:
-    from .baseline import comparison
-    from .render import print_comparison
+    from .judge.baseline import comparison
+    from .present.render import print_comparison
 
     cmp = comparison(store, runs, checks)
     exitpolicy.set_verdict(cmp.exit_code)
     if junit is not None:  # written before printing: a closed stdout must not lose it
-        from .junit import write_junit
+        from .present.junit import write_junit
 
         write_junit(cmp, str(junit), f"detrun {' '.join(runs)}")
     print_comparison(cmp, _console(), checks.details)
@@ -63,7 +63,7 @@ def _compare_and_print(store, runs: List[str], checks, junit: Optional[Path] = N
 
 
 def _checks(baseline: bool, require_baseline: bool, strict: bool, expect: Optional[List[str]], details: int):
-    from .claims import Checks, parse_expect
+    from .judge.claims import Checks, parse_expect
 
     return Checks(baseline, require_baseline, strict, parse_expect(expect or []), details)
 
@@ -98,8 +98,8 @@ def _job_args(spec_path: Optional[Path], resume: Optional[str], run_id: str, run
 
 def _submit_job(address: str, args: List[str], run_id: str, runs_root: str, working_dir: Optional[Path],
                 resume: bool) -> None:
-    from . import jobs
-    from .store import RunStore
+    from .run import jobs
+    from .store.runs import RunStore
 
     if "://" not in runs_root and not Path(runs_root).is_absolute():
         raise DetrunError("with an http:// address the job writes the runs: pass --runs-root as a path or URI "
@@ -144,10 +144,10 @@ def submit(
                                             "<runs root>/jit-cache and store the ones they compile")] = True,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
-    from .jobs import is_jobs_address
-    from .matrix import check_size
-    from .spec import load_spec
-    from .store import RunStore, check_run_id, new_run_id
+    from .run.jobs import is_jobs_address
+    from .spec.matrix import check_size
+    from .spec.model import load_spec
+    from .store.runs import RunStore, check_run_id, new_run_id
 
     if (spec_path is None) == (resume is None):
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
@@ -179,9 +179,9 @@ def _run_here(store, spec, spec_path: str, run_id: str, resume: Optional[str], a
               checks, junit: Optional[Path], jit_cache: bool = True) -> None:
     import os
 
-    from . import runner
-    from .jitcache import cache_root
-    from .jobs import ADDRESS_ENV, SUBMISSION_ENV
+    from .run import runner
+    from .run.jitcache import cache_root
+    from .run.jobs import ADDRESS_ENV, SUBMISSION_ENV
     from rich.progress import Progress
 
     started = time.perf_counter()
@@ -226,7 +226,7 @@ def compare(
     junit: Junit = None,
 ) -> None:
     """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs. Exit 0/1/2."""
-    from .store import run_dirs
+    from .store.runs import run_dirs
 
     checks = _checks(baseline, require_baseline, strict, expect, details)
     store, ids = run_dirs(runs_root, runs)
@@ -245,9 +245,9 @@ def report(
     expect: Expect = None,
 ) -> None:
     """Write one self-contained HTML report (verdict, claims, findings, heatmap, max-ULP plot, environment)."""
-    from .baseline import comparison
-    from .report import write_report
-    from .store import run_dirs
+    from .judge.baseline import comparison
+    from .present.report import write_report
+    from .store.runs import run_dirs
 
     checks = _checks(baseline, require_baseline, strict, expect, 3)
     store, ids = run_dirs(runs_root, runs)
@@ -273,15 +273,15 @@ def shrink(
     Exit 1: the difference was reproduced and shrunk (the written job fails the same way); 2: nothing to
     shrink, or the pair did not differ when run again.
     """
-    from . import shrink as shrinking
+    from .run import shrink as shrinking
     from .paths import write_output
-    from .store import RunStore
+    from .store.runs import RunStore
 
     store = RunStore(runs_root)
     store.manifest(run)  # a missing run is exit 2 before Ray starts
     trial = shrinking.inline_trial
     if not inline:
-        from . import runner
+        from .run import runner
 
         runner.connect(address, 1)
         trial = shrinking.ray_trial
@@ -309,9 +309,9 @@ def shrink(
 @_errors
 def history(runs_root: RunsRoot = "runs") -> None:
     """List every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
-    from .history import history as build
-    from .render import print_history
-    from .store import RunStore
+    from .judge.history import history as build
+    from .present.render import print_history
+    from .store.runs import RunStore
 
     print_history(build(RunStore(runs_root)), _console())
 
@@ -324,8 +324,8 @@ def baseline_set(
     force: Annotated[bool, typer.Option(help="Even if the run is incomplete or fails on its own")] = False,
 ) -> None:
     """Make RUN the baseline of its spec for each environment fingerprint in its rows."""
-    from .baseline import set_baseline
-    from .store import RunStore
+    from .judge.baseline import set_baseline
+    from .store.runs import RunStore
 
     for doc in set_baseline(RunStore(runs_root), run, force):
         print(f"baseline {doc['spec']}/{doc['fingerprint']} -> {doc['run_id']}")
@@ -335,8 +335,8 @@ def baseline_set(
 @_errors
 def baseline_show(runs_root: RunsRoot = "runs") -> None:
     """List the baselines: spec, fingerprint, run, when set, and the fingerprint's fields."""
-    from .baseline import list_baselines
-    from .store import RunStore
+    from .judge.baseline import list_baselines
+    from .store.runs import RunStore
 
     docs = list_baselines(RunStore(runs_root))
     if not docs:
@@ -350,7 +350,7 @@ def baseline_show(runs_root: RunsRoot = "runs") -> None:
 @_errors
 def list_runs(runs_root: RunsRoot = "runs") -> None:
     """List the runs under the runs root."""
-    from .store import RunStore
+    from .store.runs import RunStore
 
     store = RunStore(runs_root)
     for run_id in store.list_runs():
@@ -375,10 +375,10 @@ def _submission(store, run: str, address: Optional[str]):
 @_errors
 def timings(run: RunArg, runs_root: RunsRoot = "runs") -> None:
     """Where a run's seconds went: worker start, imports, plan, capture, kernels, digests, writes; peak memory."""
-    from .render import print_timings
-    from .resources import run_lines
+    from .present.render import print_timings
+    from .run.resources import run_lines
     from .stages import run_breakdown
-    from .store import RunStore
+    from .store.runs import RunStore
 
     store, console = RunStore(runs_root), _console()
     print_timings(*run_breakdown(store, run), console)
@@ -394,13 +394,13 @@ def status(
     address: JobAddress = None,
 ) -> None:
     """A run's status from its manifest (shards stored, failures), and its Ray job's status if submitted."""
-    from .store import RunStore
+    from .store.runs import RunStore
 
     store = RunStore(runs_root)
     job = _submission(store, run, address)
     if store.has_run(run):
-        from .heartbeat import run_state
-        from .runner import missing_shards
+        from .store.heartbeat import run_state
+        from .run.runner import missing_shards
 
         m = store.manifest(run)
         _, missing = missing_shards(store, run)
@@ -417,7 +417,7 @@ def status(
     else:
         print(f"run {run}: no manifest yet under {runs_root}")
     if job:
-        from .jobs import job_status
+        from .run.jobs import job_status
 
         print(f"job {job[1]} at {job[0]}: {job_status(*job)}")
 
@@ -430,13 +430,13 @@ def logs(
     address: JobAddress = None,
 ) -> None:
     """Print the driver logs of the Ray job that ran RUN."""
-    from .store import RunStore
+    from .store.runs import RunStore
 
     job = _submission(RunStore(runs_root), run, address)
     if not job:
         raise DetrunError(f"run {run!r} was not submitted through the Ray Jobs API; its task logs are in the "
                           "Ray session logs of each node (/tmp/ray/session_latest/logs)")
-    from .jobs import job_logs
+    from .run.jobs import job_logs
 
     print(job_logs(*job), end="")
 
@@ -447,7 +447,7 @@ def validate_cluster(
     path: Annotated[Path, typer.Argument(help="Cluster-launcher YAML, e.g. ray_cluster.yaml")],
 ) -> None:
     """Check a `ray up` cluster YAML offline with Ray's own schema and rules."""
-    from .cluster import validate_cluster_yaml
+    from .run.cluster import validate_cluster_yaml
 
     config = validate_cluster_yaml(path)
     print(f"{path}: valid ({config['provider']['type']} provider, node types: "

@@ -47,7 +47,7 @@ def process_started_unix() -> Optional[float]:
     return time.time() - uptime + start_ticks / os.sysconf("SC_CLK_TCK")
 
 
-JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # jitcache.py; count: the modules moved
+JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # run/jitcache.py; count: the modules moved
 # The host never waits for a kernel it launched: it plans and launches the next cell while the kernel runs,
 # then waits ("device wait") for the kernel and its digests before writing that cell's rows. "kernel" is
 # device time (CUDA events), overlapping the host's stages, so it is reported beside them (KERNEL_ROW), not

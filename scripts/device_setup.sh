@@ -22,7 +22,7 @@ export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 COLUMNS=140
 # H200 machine; each worker's `import ray` then took 0.64 s instead of 1.04 s). DETRUN_IMPORT_TIMES=1
 # prints the imports before and after.
 import_times() {
-  for m in torch ray flashinfer detrun.worker; do
+  for m in torch ray flashinfer detrun.run.worker; do
     python3 -c "import time; t=time.perf_counter(); import $m; print('import $m %.2f s' % (time.perf_counter()-t))"
   done | paste -sd' ' -
 }

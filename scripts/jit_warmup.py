@@ -6,9 +6,9 @@ import time
 
 import torch
 
-from detrun.backends.flashinfer import FlashInferBackend
-from detrun.inputs import build_batch
-from detrun.spec import load_spec
+from detrun.kernels.backends.flashinfer import FlashInferBackend
+from detrun.kernels.inputs import build_batch
+from detrun.spec.model import load_spec
 
 
 def main(job: str = "jobs/paged.yaml") -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from detrun.compare import plan_differences
-from detrun.store import RunStore
+from detrun.judge.compare import plan_differences
+from detrun.store.runs import RunStore
 
 CELL = ("case", "request", "mode", "repeat", "slot")
 COLUMNS = ("run_id", *CELL, "status", "backend", "attn", "path", "plan", "out_digest", "lse_digest")

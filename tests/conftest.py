@@ -24,7 +24,7 @@ def ray_2gpu():
 @pytest.fixture
 def store(tmp_path):
     """An empty runs root under the test's tmp_path."""
-    from detrun.store import RunStore
+    from detrun.store.runs import RunStore
 
     return RunStore(str(tmp_path / "runs"))
 

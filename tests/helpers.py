@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from detrun import inline
-from detrun.digest import tensor_digest
-from detrun.spec import spec_from_dict
-from detrun.store import RunStore
+from detrun.run import inline
+from detrun.kernels.digest import tensor_digest
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 
 SMALL = {
     "name": "small",
@@ -130,6 +130,6 @@ class FakeGraph:
         self.fn, self.plan = fn, plan
 
     def replay(self):
-        from detrun.backends.base import KernelTime
+        from detrun.kernels.backends.base import KernelTime
 
         return tuple(t.clone() for t in self.fn()), KernelTime(0.0)

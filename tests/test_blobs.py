@@ -10,9 +10,9 @@ import threading
 import pyarrow.fs as pafs
 import pytest
 
-from detrun.compare import compare_runs
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.store import RunStore, check_run_id, run_dirs
+from detrun.store.runs import RunStore, check_run_id, run_dirs
 from tests.helpers import flip_one_ulp, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])

@@ -3,11 +3,11 @@
 import pytest
 from typer.testing import CliRunner
 
-from detrun.claims import claims_of, parse_expect
+from detrun.judge.claims import claims_of, parse_expect
 from detrun.cli import app
-from detrun.compare import compare_runs
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.spec import load_spec
+from detrun.spec.model import load_spec
 from tests.helpers import flip_one_ulp, run_inline, small
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])

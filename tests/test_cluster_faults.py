@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
-from detrun import runner
-from detrun.compare import compare_runs
+from detrun.run import runner
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.matrix import expected_keys
-from detrun.spec import spec_from_dict
-from detrun.store import RunStore
+from detrun.spec.matrix import expected_keys
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 
 from helpers import small
 

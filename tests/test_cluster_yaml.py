@@ -7,7 +7,7 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.cluster import validate_cluster_yaml
+from detrun.run.cluster import validate_cluster_yaml
 from detrun.errors import DetrunError
 
 YAML = Path(__file__).resolve().parent.parent / "ray_cluster.yaml"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from detrun.compare import compare_runs
-from detrun.store import RunStore
+from detrun.judge.compare import compare_runs
+from detrun.store.runs import RunStore
 from tests.helpers import drop_row, flip_one_ulp, run_inline, small
 
 FAST = dict(modes=["eager"], repeats=2)
@@ -96,7 +96,7 @@ def test_unknown_run_is_a_usage_error(store):
 
 
 def test_kernel_audit_fails_a_ragged_kernel_on_the_paged_path():
-    from detrun.audit import audit_kernels
+    from detrun.judge.audit import audit_kernels
 
     paged = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128, 4>"
     ragged = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<128, 4>"

@@ -6,11 +6,11 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from detrun.compare import AXES, PLAN_COLUMNS, ENV_FIELDS, compare_runs
-from detrun.history import history
-from detrun.matrix import expected_keys
-from detrun.spec import spec_from_dict
-from detrun.store import RunStore
+from detrun.judge.compare import AXES, PLAN_COLUMNS, ENV_FIELDS, compare_runs
+from detrun.judge.history import history
+from detrun.spec.matrix import expected_keys
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 from tests.helpers import run_inline, small
 
 

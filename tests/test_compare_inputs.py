@@ -5,8 +5,8 @@ import shutil
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.compare import compare_runs
-from detrun.store import RunStore, run_dirs
+from detrun.judge.compare import compare_runs
+from detrun.store.runs import RunStore, run_dirs
 from tests.helpers import flip_one_ulp, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])

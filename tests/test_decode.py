@@ -15,19 +15,19 @@ import pytest
 import torch
 import yaml
 
-from detrun.backends.base import AttentionBackend
-from detrun.backends.reference import ReferenceBackend
-from detrun.baseline import compare_with_baseline, set_baseline
-from detrun.compare import compare_runs
-from detrun.digest import tensor_digest
-from detrun.history import history, job_of
-from detrun.isolation import Isolated, ShardBook, deferred_cell, unfinished_rows
-from detrun.junit import junit_xml
-from detrun.matrix import Cell, Shard, cells_for, expected_keys, row_count, row_key
-from detrun.report import build_report
-from detrun.shrink import failing_pair, inline_trial, shrink
-from detrun.spec import load_spec, spec_from_dict
-from detrun.worker import run_shard
+from detrun.kernels.backends.base import AttentionBackend
+from detrun.kernels.backends.reference import ReferenceBackend
+from detrun.judge.baseline import compare_with_baseline, set_baseline
+from detrun.judge.compare import compare_runs
+from detrun.kernels.digest import tensor_digest
+from detrun.judge.history import history, job_of
+from detrun.run.isolation import Isolated, ShardBook, deferred_cell, unfinished_rows
+from detrun.present.junit import junit_xml
+from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count, row_key
+from detrun.present.report import build_report
+from detrun.run.shrink import failing_pair, inline_trial, shrink
+from detrun.spec.model import load_spec, spec_from_dict
+from detrun.run.worker import run_shard
 from tests.helpers import drop_row, flip_one_ulp, rewrite_rows, run_inline, small
 from tests.procs import end_session
 
@@ -130,7 +130,7 @@ def test_a_one_ulp_flip_of_a_decode_row_breaks_a_bitwise_phase_claim(store, caps
     assert ">phase</text>" in build_report(store, cmp, "decode")
     from rich.console import Console
 
-    from detrun.render import print_comparison
+    from detrun.present.render import print_comparison
 
     print_comparison(cmp, Console(width=250, force_terminal=False))
     out = capsys.readouterr().out

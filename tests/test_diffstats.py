@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from detrun.diffstats import diff_stats
+from detrun.judge.diffstats import diff_stats
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _INT = {2: torch.int16, 4: torch.int32}

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 import torch
 
-from detrun.digest import split_digests, split_lanes, tensor_digest
+from detrun.kernels.digest import split_digests, split_lanes, tensor_digest
 
 
 def test_digest_bits_are_pinned():
@@ -51,7 +51,7 @@ def test_a_one_bit_flip_changes_only_its_segment_and_both_lanes():
 
 _INTERPRET = textwrap.dedent("""
     import torch
-    from detrun.digest import split_lanes
+    from detrun.kernels.digest import split_lanes
     torch.manual_seed(3)
     checked = 0
     for dtype in (torch.bfloat16, torch.float32, torch.int8, torch.float64):
@@ -79,7 +79,7 @@ def test_triton_kernel_gives_the_torch_bits_in_the_interpreter():
 
 
 def test_implementation_choice(monkeypatch):
-    from detrun import digest
+    from detrun.kernels import digest
 
     cpu = torch.zeros(4)
     assert digest.implementation(cpu) == "torch"  # CPU: always torch
@@ -91,7 +91,7 @@ def test_implementation_choice(monkeypatch):
 
 
 def test_a_kernel_that_does_not_load_falls_back_to_the_torch_path(monkeypatch):
-    from detrun import digest
+    from detrun.kernels import digest
 
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler for this GPU")
@@ -108,7 +108,7 @@ def test_a_kernel_that_does_not_load_falls_back_to_the_torch_path(monkeypatch):
 def test_digests_take_the_torch_path_while_the_kernel_loads(monkeypatch):
     import threading
 
-    from detrun import digest
+    from detrun.kernels import digest
 
     monkeypatch.delenv("DETRUN_DIGEST", raising=False)
     monkeypatch.setattr(digest, "_triton_ok", lambda: True)

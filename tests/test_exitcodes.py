@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.errors import DetrunError, Terminated
 from detrun.paths import write_output
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 from tests.helpers import cli_main as _main, flip_one_ulp, one_line as _one_line, run_inline, small
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,12 +39,12 @@ def runs(tmp_path_factory):
 @pytest.fixture
 def no_ray(monkeypatch):
     """Fails the test (exit 3, not 2) if a command gets as far as connecting to Ray."""
-    monkeypatch.setattr("detrun.runner.connect", _must_not_run)
+    monkeypatch.setattr("detrun.run.runner.connect", _must_not_run)
 
 
 @pytest.fixture
 def no_compare(monkeypatch):
-    monkeypatch.setattr("detrun.baseline.comparison", _must_not_run)
+    monkeypatch.setattr("detrun.judge.baseline.comparison", _must_not_run)
 
 
 def _must_not_run(*args, **kwargs):

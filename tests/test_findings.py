@@ -9,15 +9,15 @@ from html import escape
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from detrun.baseline import compare_with_baseline, set_baseline
-from detrun.claims import Checks
-from detrun.compare import compare_runs
-from detrun.findings import FAIL, WARN
+from detrun.judge.baseline import compare_with_baseline, set_baseline
+from detrun.judge.claims import Checks
+from detrun.judge.compare import compare_runs
+from detrun.judge.findings import FAIL, WARN
 from detrun.fingerprint import fingerprint_of
-from detrun.history import history
-from detrun.junit import junit_xml
-from detrun.render import print_comparison, print_history
-from detrun.report import build_report
+from detrun.judge.history import history
+from detrun.present.junit import junit_xml
+from detrun.present.render import print_comparison, print_history
+from detrun.present.report import build_report
 from tests.helpers import drop_row, flip_one_ulp, run_inline, small
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)

@@ -9,13 +9,13 @@ import types
 import pytest
 import torch
 
-from detrun.audit import audit_kernels
-from detrun.backends import base
-from detrun.backends.base import KnownBug, Unsupported
-from detrun.backends.flashinfer import decode_plan_of
-from detrun.backends.plan_layouts import DECODE_PLAN_FIELDS, FA2_PLAN_FIELDS, PLAN_UNKNOWN
-from detrun.inputs import build_batch
-from detrun.spec import spec_from_dict
+from detrun.judge.audit import audit_kernels
+from detrun.kernels.backends import base
+from detrun.kernels.backends.base import KnownBug, Unsupported
+from detrun.kernels.backends.flashinfer import decode_plan_of
+from detrun.kernels.backends.plan_layouts import DECODE_PLAN_FIELDS, FA2_PLAN_FIELDS, PLAN_UNKNOWN
+from detrun.kernels.inputs import build_batch
+from detrun.spec.model import spec_from_dict
 from tests.helpers import FakeGraph, small
 from tests.test_flashinfer_wrappers import Paged, Ragged
 
@@ -119,7 +119,7 @@ def backend(monkeypatch):
         fake.__version__ = version
         for name, value in (env or {}).items():
             monkeypatch.setenv(name, value)
-        from detrun.backends.flashinfer import FlashInferBackend
+        from detrun.kernels.backends.flashinfer import FlashInferBackend
 
         data = small(env=env or {}, cases={**small()["cases"], **FIVE}, dtype=dtype,
                      flashinfer={"workspace_mb": 16, "profile_kernels": False, "decode": decode})

@@ -10,11 +10,11 @@ import types
 import pytest
 import torch
 
-from detrun.backends import base
-from detrun.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
-from detrun.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
-from detrun.inputs import build_batch
-from detrun.spec import spec_from_dict
+from detrun.kernels.backends import base
+from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
+from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
+from detrun.kernels.inputs import build_batch
+from detrun.spec.model import spec_from_dict
 from tests.helpers import FakeGraph, small
 
 
@@ -55,7 +55,7 @@ def backend(monkeypatch):
 
     def make(paged: bool, **opts):
         monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")
-        from detrun.backends.flashinfer import FlashInferBackend
+        from detrun.kernels.backends.flashinfer import FlashInferBackend
 
         spec = spec_from_dict(small(flashinfer={"workspace_mb": 16, "profile_kernels": False, **opts}))
         return spec, FlashInferBackend(spec, torch.device("cpu"))

@@ -2,10 +2,10 @@
 
 import torch
 
-from detrun.backends import base
-from detrun.backends.reference import ReferenceBackend
-from detrun.inputs import build_batch
-from detrun.spec import spec_from_dict
+from detrun.kernels.backends import base
+from detrun.kernels.backends.reference import ReferenceBackend
+from detrun.kernels.inputs import build_batch
+from detrun.spec.model import spec_from_dict
 from tests.helpers import FakeGraph, small
 
 

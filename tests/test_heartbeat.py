@@ -12,11 +12,12 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from detrun import heartbeat, runner
+from detrun.store import heartbeat
+from detrun.run import runner
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.spec import spec_from_dict
-from detrun.store import RunStore
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 
 from helpers import run_inline, small
 

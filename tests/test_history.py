@@ -3,7 +3,7 @@
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.history import history, job_of
+from detrun.judge.history import history, job_of
 from tests.helpers import flip_one_ulp, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])

@@ -3,11 +3,11 @@ the run completes; known-bug cells run isolated (reproduced, or 'did not reprodu
 
 import pytest
 
-from detrun import runner
-from detrun.compare import compare_runs
-from detrun.isolation import NOT_REPRODUCED, REPRODUCED, BugSamples, Isolated, ShardBook
-from detrun.matrix import Cell, Shard, expected_keys
-from detrun.spec import spec_from_dict
+from detrun.run import runner
+from detrun.judge.compare import compare_runs
+from detrun.run.isolation import NOT_REPRODUCED, REPRODUCED, BugSamples, Isolated, ShardBook
+from detrun.spec.matrix import Cell, Shard, expected_keys
+from detrun.spec.model import spec_from_dict
 from tests.helpers import small
 
 

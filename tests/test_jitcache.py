@@ -1,4 +1,4 @@
-"""The FlashInfer JIT cache under the runs root (detrun/jitcache.py), against a stand-in flashinfer whose
+"""The FlashInfer JIT cache under the runs root (detrun/run/jitcache.py), against a stand-in flashinfer whose
 workspace has FlashInfer's layout: a module compiled on one machine is stored, and a wiped machine gets
 the same bytes where FlashInfer's is_aot looks (so it loads instead of compiling); another version,
 CUDA or arch gets nothing; a damaged or foreign entry is skipped with a line, never a failure; the
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from detrun import jitcache, worker
-from detrun.jitcache import JitCache, JitKey, pack
-from detrun.matrix import Shard
+from detrun.run import jitcache, worker
+from detrun.run.jitcache import JitCache, JitKey, pack
+from detrun.spec.matrix import Shard
 from detrun.stages import JIT_RESTORE, JIT_SAVE, Stages
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 from tests.conftest import JOBS
 from tests.helpers import small
 
@@ -150,7 +150,7 @@ def test_a_cache_that_cannot_be_written_does_not_fail_the_task(tmp_path, monkeyp
 def as_flashinfer_task(monkeypatch, at_build=lambda: None):
     """The worker believes its backend is flashinfer (the restore runs) and builds the reference one,
     calling at_build where the FlashInfer backend would be built (its first plan loads the modules)."""
-    from detrun.backends.reference import ReferenceBackend
+    from detrun.kernels.backends.reference import ReferenceBackend
 
     def make_backend(name, spec, device, stages):
         at_build()
@@ -196,7 +196,8 @@ def test_without_the_context_the_cache_is_not_used(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("flag,expected", [([], True), (["--no-jit-cache"], False), (["--jit-cache"], True)])
 def test_submit_passes_the_runs_root_to_the_tasks_unless_no_jit_cache(tmp_path, monkeypatch, flag, expected):
-    from detrun import cli, runner
+    from detrun import cli
+    from detrun.run import runner
 
     got = {}
 

@@ -1,4 +1,4 @@
-"""The Jobs API seam (JobSubmissionClient mocked at detrun.jobs), status/logs, and corrupt Parquet. No Ray."""
+"""The Jobs API seam (JobSubmissionClient mocked at detrun.run.jobs), status/logs, and corrupt Parquet. No Ray."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.runner import missing_shards
-from detrun.store import RunStore
+from detrun.run.runner import missing_shards
+from detrun.store.runs import RunStore
 
 from helpers import run_inline, small
 
@@ -23,7 +23,7 @@ ADDRESS = "http://head:8265"
 
 @pytest.fixture
 def client():
-    with mock.patch("detrun.jobs.JobSubmissionClient") as cls:
+    with mock.patch("detrun.run.jobs.JobSubmissionClient") as cls:
         cls.return_value.submit_job.side_effect = lambda **kw: kw["submission_id"]
         yield cls
 

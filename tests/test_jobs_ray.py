@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 
 from procs import RayHead, detrun
 

@@ -11,13 +11,13 @@ import pytest
 import ray
 import yaml
 
-from detrun import runner
-from detrun.baseline import _same_spec
+from detrun.run import runner
+from detrun.judge.baseline import _same_spec
 from detrun.cli import main
 from detrun.errors import DetrunError
-from detrun.matrix import check_size, row_count, shard_keys, shards
-from detrun.spec import load_spec, spec_from_dict
-from detrun.store import RunStore, check_run_id
+from detrun.spec.matrix import check_size, row_count, shard_keys, shards
+from detrun.spec.model import load_spec, spec_from_dict
+from detrun.store.runs import RunStore, check_run_id
 from tests.helpers import run_inline, small
 
 OOM_REASON = "killed by Ray's memory monitor (out of memory): "
@@ -30,7 +30,7 @@ def _must_not_run(*args, **kwargs):
 
 @pytest.fixture
 def no_ray(monkeypatch):
-    monkeypatch.setattr("detrun.runner.connect", _must_not_run)
+    monkeypatch.setattr("detrun.run.runner.connect", _must_not_run)
 
 
 def _main(capsys, *args):

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from detrun.baseline import compare_with_baseline, list_baselines, set_baseline
-from detrun.claims import Checks
-from detrun.compare import compare_runs
+from detrun.judge.baseline import compare_with_baseline, list_baselines, set_baseline
+from detrun.judge.claims import Checks
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
 from detrun.fingerprint import fingerprint_of
-from detrun.history import history
-from detrun.store import RunStore
+from detrun.judge.history import history
+from detrun.store.runs import RunStore
 from tests.helpers import flip_one_ulp, rewrite_rows, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])

@@ -11,17 +11,17 @@ import pytest
 import torch
 from rich.console import Console
 
-from detrun.backends.flashinfer import FlashInferBackend
-from detrun.backends.plan_layouts import (
+from detrun.kernels.backends.flashinfer import FlashInferBackend
+from detrun.kernels.backends.plan_layouts import (
     DECODE, DECODE_PLAN_FIELDS, FA2_PLAN_FIELDS, FA2_PREFILL, FA3_PLAN_FIELDS, FA3_PREFILL, PLAN_UNKNOWN,
     read_plan,
 )
-from detrun.compare import compare_runs
-from detrun.findings import FAIL, WARN
-from detrun.history import history
-from detrun.junit import junit_xml
-from detrun.render import print_history
-from detrun.report import build_report
+from detrun.judge.compare import compare_runs
+from detrun.judge.findings import FAIL, WARN
+from detrun.judge.history import history
+from detrun.present.junit import junit_xml
+from detrun.present.render import print_history
+from detrun.present.report import build_report
 from tests.helpers import cli_main, flip_one_ulp, run_inline, small
 from tests.test_findings import SPLIT, _junit_text, _terminal, rewrite
 

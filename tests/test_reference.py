@@ -3,12 +3,12 @@ import math
 import pytest
 import torch
 
-from detrun.backends.base import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, Unsupported, choose_path
-from detrun.backends.reference import ReferenceBackend, gather
-from detrun.digest import tensor_digest
-from detrun.diffstats import diff_stats
-from detrun.inputs import build_batch
-from detrun.spec import spec_from_dict
+from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, Unsupported, choose_path
+from detrun.kernels.backends.reference import ReferenceBackend, gather
+from detrun.kernels.digest import tensor_digest
+from detrun.judge.diffstats import diff_stats
+from detrun.kernels.inputs import build_batch
+from detrun.spec.model import spec_from_dict
 from tests.helpers import small
 
 
@@ -162,7 +162,7 @@ def test_inputs_are_pinned_and_stale_slots_seeded():
 
 
 def test_draws_shared_by_cases_give_the_same_batches():
-    from detrun.inputs import Draws
+    from detrun.kernels.inputs import Draws
 
     spec = spec_from_dict(small())
     draws = Draws(spec, "cpu")

@@ -9,12 +9,12 @@ import zlib
 import pytest
 from typer.testing import CliRunner
 
-from detrun.claims import AXIS_NAMES
+from detrun.judge.claims import AXIS_NAMES
 from detrun.cli import app
-from detrun.compare import collapse, compare_runs
-from detrun.junit import junit_xml
-from detrun.report import COLOURS, build_report
-from detrun.store import RunStore
+from detrun.judge.compare import collapse, compare_runs
+from detrun.present.junit import junit_xml
+from detrun.present.report import COLOURS, build_report
+from detrun.store.runs import RunStore
 from tests.helpers import drop_row, flip_one_ulp, run_inline, small
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -136,7 +136,7 @@ def test_report_renders_in_chromium(store, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     rendered = dom.stdout
     assert '<svg id="heatmap"' in rendered and '<svg id="ulp-plot"' in rendered
-    from detrun.compare import collapse
+    from detrun.judge.compare import collapse
     cells = len(collapse(cmp.verdicts)) * len(AXIS_NAMES)
     assert rendered.count('class="cell"') == cells
     assert rendered.count('data-status="differs"') == 1 and 'data-status="explained"' in rendered

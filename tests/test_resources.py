@@ -3,12 +3,12 @@
 import subprocess
 import sys
 
-from detrun.resources import memory_line, peaks
+from detrun.run.resources import memory_line, peaks
 
 
 def test_a_cpu_task_records_its_host_peak_only():
     """In a fresh process, memory touched up to 256 MB past the peak so far raises the recorded peak by that."""
-    code = ("import os, torch; from detrun.resources import task_peaks; cpu = torch.device('cpu'); "
+    code = ("import os, torch; from detrun.run.resources import task_peaks; cpu = torch.device('cpu'); "
             "before = task_peaks(cpu)['host_peak_mb']; "
             "rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20; "
             "grown = bytearray(int(before - rss + 256) << 20); peaks = task_peaks(cpu); "

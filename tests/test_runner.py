@@ -7,11 +7,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from detrun import runner
+from detrun.run import runner
 from detrun.cli import app
-from detrun.compare import compare_runs
-from detrun.spec import spec_from_dict
-from detrun.store import RunStore
+from detrun.judge.compare import compare_runs
+from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 from tests.helpers import small
 
 FLAG = "SGLANG_FLASHINFER_USE_PAGED"
@@ -25,7 +25,7 @@ def no_flag_in_driver(monkeypatch):
 def test_flag_reaches_task_only_through_runtime_env(ray_2gpu):
     @ray_2gpu.remote(num_gpus=1)
     def probe():
-        from detrun.backends.reference import ReferenceBackend
+        from detrun.kernels.backends.reference import ReferenceBackend
 
         seen = os.environ.get(FLAG)
         assert seen == "1", f"task saw {seen!r}"

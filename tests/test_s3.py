@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.store import RunStore
+from detrun.store.runs import RunStore
 from tests.helpers import cli_main, one_line, run_inline, small
 
 TINY = dict(repeats=1, modes=["eager"])
@@ -94,7 +94,7 @@ def test_a_uri_pyarrow_cannot_read_is_one_line(capsys):
 
 
 def test_submit_to_a_missing_bucket_fails_before_ray(s3, capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("detrun.runner.connect", lambda *a, **k: pytest.fail("Ray was started"))
+    monkeypatch.setattr("detrun.run.runner.connect", lambda *a, **k: pytest.fail("Ray was started"))
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(small(**TINY)))
     code, _, err = cli_main(capsys, "submit", str(job), "--runs-root", s3.uri("no-such-bucket"))

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from detrun.compare import compare_runs
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.sglang_profile import PROFILES, citations, effective_knobs, profile_values
-from detrun.spec import load_spec, spec_from_dict
+from detrun.spec.sglang import PROFILES, citations, effective_knobs, profile_values
+from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import cli_main, one_line, run_inline, small
 
 CAPTURE = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160,
@@ -185,8 +185,8 @@ def test_rows_carry_the_knobs_and_the_verdict_names_the_profile(store):
 
 
 def test_a_run_stored_before_these_fields_is_the_same_spec_and_job(store):
-    from detrun.baseline import _same_spec
-    from detrun.history import job_of
+    from detrun.judge.baseline import _same_spec
+    from detrun.judge.history import job_of
 
     run_inline(store, small(backend="reference", modes=["eager"], repeats=1), "new")
     old = store.manifest("new")["spec"]

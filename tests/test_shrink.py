@@ -6,10 +6,10 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.compare import compare_runs
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.shrink import failing_pair, inline_trial, job_text, shrink
-from detrun.spec import spec_from_dict
+from detrun.run.shrink import failing_pair, inline_trial, job_text, shrink
+from detrun.spec.model import spec_from_dict
 from tests.helpers import flip_one_ulp, run_inline, small
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])

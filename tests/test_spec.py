@@ -5,8 +5,8 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.matrix import expected_keys, shards
-from detrun.spec import load_spec, spec_from_dict
+from detrun.spec.matrix import expected_keys, shards
+from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import SMALL, small
 
 

@@ -5,11 +5,11 @@ import time
 import pytest
 import torch
 
-from detrun.backends.base import KernelTime
-from detrun.matrix import Shard
+from detrun.kernels.backends.base import KernelTime
+from detrun.spec.matrix import Shard
 from detrun.stages import KERNEL_ROW, Stages, breakdown, process_started_unix
-from detrun.store import RunStore
-from detrun.worker import run_shard
+from detrun.store.runs import RunStore
+from detrun.run.worker import run_shard
 from tests.helpers import run_inline, small
 
 
@@ -55,7 +55,7 @@ def test_rows_hold_only_plain_values(tmp_path):
     plain = (str, int, float, bool, list, type(None))
     for row in store.read_rows(["r"]).to_pylist():
         assert all(type(v) in plain for v in row.values())
-    from detrun.envinfo import environment
+    from detrun.kernels.envinfo import environment
 
     assert all(type(v) in plain for v in environment(torch.device("cpu"), {}).values())
 
@@ -73,8 +73,8 @@ class _NoProfiler:  # torch.profiler without CUDA refuses a CUDA-only profile
 
 def test_kernels_profiled_once_per_plan_in_the_first_repeats(monkeypatch):
     monkeypatch.setattr(torch.profiler, "profile", _NoProfiler)
-    from detrun.backends.flashinfer import FlashInferBackend
-    from detrun.spec import spec_from_dict
+    from detrun.kernels.backends.flashinfer import FlashInferBackend
+    from detrun.spec.model import spec_from_dict
 
     class Ran(Exception):
         pass
@@ -115,7 +115,7 @@ def test_kernel_time_is_read_late_and_counted_once():
 
 
 def test_steady_line_says_when_host_work_overlapped_the_kernel():
-    from detrun.render import steady_line
+    from detrun.present.render import steady_line
 
     line = steady_line(2, 0.030, {"kernel": 0.026, "plan": 0.002, "digest": 0.001})
     assert "15.000 ms per cell" in line and "rest 0.500 ms" in line and "overhead 15.4%" in line
@@ -126,7 +126,7 @@ def test_steady_line_says_when_host_work_overlapped_the_kernel():
 def test_a_plan_waits_for_the_last_plans_copies_not_for_the_running_kernel():
     """plan() rewrites the wrapper's pinned host buffer: it first waits for the event recorded after the last
     plan (its copy to the device), never for the kernel that may still run; the wait is "device wait"."""
-    from detrun.backends.flashinfer import FlashInferBackend
+    from detrun.kernels.backends.flashinfer import FlashInferBackend
 
     log = []
 

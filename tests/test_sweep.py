@@ -7,10 +7,10 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.compare import compare_runs
+from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.history import job_of
-from detrun.spec import load_spec, spec_from_dict
+from detrun.judge.history import job_of
+from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import run_inline, small
 
 BATCH_SIZES = {"kind": "batch_sizes", "target": {"qo_len": 20}, "filler": {"qo_len": 1, "prefix_len": 9},

@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from detrun.matrix import cells_for
-from detrun.spec import load_spec, spec_from_dict
+from detrun.spec.matrix import cells_for
+from detrun.spec.model import load_spec, spec_from_dict
 from tests.procs import ROOT
 
 JOB = ROOT / "bench" / "jobs" / "sweep10k.yaml"

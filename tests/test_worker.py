@@ -2,13 +2,13 @@
 
 import pytest
 
-from detrun import digest
-from detrun.backends.base import KernelTime
-from detrun.backends.reference import ReferenceBackend
-from detrun.matrix import Shard, cells_for, expected_keys, row_key
-from detrun.runner import failure_line
-from detrun.spec import spec_from_dict
-from detrun.worker import run_shard
+from detrun.kernels import digest
+from detrun.kernels.backends.base import KernelTime
+from detrun.kernels.backends.reference import ReferenceBackend
+from detrun.spec.matrix import Shard, cells_for, expected_keys, row_key
+from detrun.run.runner import failure_line
+from detrun.spec.model import spec_from_dict
+from detrun.run.worker import run_shard
 from tests.helpers import small
 
 

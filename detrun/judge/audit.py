@@ -1,0 +1,50 @@
+"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took.
+
+The path names live in kernels/paths.py (no torch), where the backends take them from too."""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+from ..kernels.paths import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
+
+
+def is_ragged_kernel(name: str) -> bool:
+    """FlashInfer's ragged prefill kernels: FA2 BatchPrefillWithRaggedKVCacheKernel, FA3 RaggedParams."""
+    return "RaggedKVCache" in name or "RaggedParams" in name
+
+
+def is_paged_kernel(name: str) -> bool:
+    return "PagedKVCache" in name or "PagedParams" in name
+
+
+def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
+    """None if the kernels fit the path; else what is wrong. Rows without recorded kernels pass."""
+    names = [k for k in kernels if k.startswith("flashinfer::") or "flashinfer" in k]
+    if not names:
+        return None
+    ragged = [k for k in names if is_ragged_kernel(k)]
+    if path == "decode":  # PATH_DECODE
+        return _audit_decode(names, ragged)
+    paged = [k for k in names if is_paged_kernel(k)]
+    if path == PATH_PAGED and ragged:
+        return f"path paged but a ragged kernel ran: {ragged[0][:120]}"
+    if path in (PATH_RAGGED, PATH_RAGGED_PREFIX) and not ragged:
+        return "path ragged but no ragged kernel ran"
+    if path in (PATH_PAGED, PATH_RAGGED_PREFIX) and not paged:
+        return f"path {path} but no paged kernel ran"
+    return None
+
+
+def _audit_decode(names: List[str], ragged: List[str]) -> Optional[str]:
+    """Decode runs one paged family: BatchDecodeWithPagedKVCache (CUDA cores) or, with tensor cores, the FA2
+    BatchPrefillWithPagedKVCache kernel; a merge kernel beside it when split."""
+    if ragged:
+        return f"path decode but a ragged kernel ran: {ragged[0][:120]}"
+    cuda_core = [k for k in names if "BatchDecodeWithPagedKVCache" in k]
+    tensor_core = [k for k in names if is_paged_kernel(k) and k not in cuda_core]
+    if not cuda_core and not tensor_core:
+        return "path decode but no paged kernel ran (BatchDecodeWithPagedKVCache; with tensor cores BatchPrefill...)"
+    if cuda_core and tensor_core:
+        return f"path decode ran both the CUDA-core and the tensor-core kernel: {tensor_core[0][:120]}"
+    return None

@@ -1,0 +1,523 @@
+"""Group rows and decide verdicts: equal / differs / explained by plan / missing.
+
+For each request and each axis (repeat, gpu, mode, batch, phase, run) rows that agree on every other
+axis are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
+output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
+"explained", and an equality between them is noted. Along the phase axis a prefill row and a decode row
+are compared on their last query token (last_out_digest, last_lse_digest). Whether a difference fails
+is decided by the claims (claims.py) in findings.judge. Reads Arrow only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
+from .claims import Claims, claims_of
+from .columnar import Columns, combine, densify, read_columns
+from .diffstats import DiffStats, diff_stats
+from ..fingerprint import FINGERPRINT_FIELDS, field_differences
+from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
+from ..spec.sglang import profile_label
+from ..spec.model import spec_from_dict
+from ..store.runs import RunStore
+
+AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
+                        "run": "run_id"}
+LAST = "phase"  # the axis compared on the last query token's digests
+ENV_FIELDS = FINGERPRINT_FIELDS
+PLAN_COLUMNS = ("backend", "attn", "path")
+RANK = {"n/a": 0, "equal": 1, "explained": 2, "differs": 3}
+
+
+@dataclass
+class Mismatch:
+    axis: str
+    request: str
+    a: str  # run_id:key
+    b: str
+    out: Optional[DiffStats]
+    lse: Optional[DiffStats]
+    why: List[str]
+    label: str = "unexplained"  # or "unexplained (plan unknown: ...)" / "explained by plan: <field>" / ...
+
+    @property
+    def explained(self) -> bool:
+        return not self.label.startswith("unexplained")
+
+
+@dataclass
+class AxisVerdict:
+    request: str
+    axis: str
+    status: str  # equal | explained | differs | n/a
+    groups: int = 0
+    rows: int = 0
+    differing_groups: int = 0  # groups with an unexplained difference
+    explained_groups: int = 0  # groups whose only differences are explained by plan or environment
+    causes: Dict[str, str] = field(default_factory=dict)  # explaining field -> first example ("512 vs 8192")
+
+
+@dataclass
+class Comparison:
+    runs: List[str]
+    rows: int = 0
+    verdicts: List[AxisVerdict] = field(default_factory=list)
+    mismatches: List[Mismatch] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+    duplicates: List[str] = field(default_factory=list)
+    not_run: List[Tuple[str, str, str]] = field(default_factory=list)  # (id, status, reason)
+    unreproduced: List[Tuple[str, str]] = field(default_factory=list)  # ok rows of a known bug that ran fine
+    errors: List[Tuple[str, str]] = field(default_factory=list)
+    incomplete_runs: List[str] = field(default_factory=list)
+    audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
+    notes: List[str] = field(default_factory=list)  # equal although plans differ
+    claims: Claims = field(default_factory=lambda: claims_of([]))
+    backends: List[str] = field(default_factory=list)  # "backend attn" of the rows that ran
+    audit_groups: int = 0  # (run, path, plan) of flashinfer rows
+    unaudited: List[Tuple[str, str]] = field(default_factory=list)  # (group, why) with no kernels recorded
+    baseline: Optional[str] = None  # the baseline run compared against, if any
+    baseline_context: List[str] = field(default_factory=list)  # what was compared to what, and why not
+    provisional: List[str] = field(default_factory=list)  # nearest-fingerprint baselines, said as such
+    no_baseline: str = ""  # set when a baseline was asked for and the spec has none
+    require_baseline: bool = False  # a provisional or missing baseline fails
+    backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
+    plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
+    profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (spec/sglang.py)
+
+    @property
+    def strict(self) -> bool:
+        return all(level == "bitwise" for level in self.claims.levels.values())
+
+    @property
+    def verdict(self):
+        """The judged verdict (findings.judge): claims, findings, exit code, headline."""
+        from .findings import judge
+
+        return judge(self)
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict.failed
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+
+def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
+    """(field, a, b) for each recorded plan field that differs: backend, attn, path, then the plan JSON."""
+    diffs = [(name, a[name], b[name]) for name in PLAN_COLUMNS if a[name] != b[name]]
+    pa, pb = json.loads(a["plan"] or "{}"), json.loads(b["plan"] or "{}")
+    diffs += [(k, pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    return diffs
+
+
+def explain(a: dict, b: dict) -> List[str]:
+    """What differs between the two rows' recorded plans, paths and environments."""
+    plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
+    why = [f"{k}: {x} vs {y}" for k, x, y in plan + field_differences(a, b)]
+    if why:
+        return why
+    unknown = unknown_plan(a)
+    return [f"unexplained: same path and environment, plans unknown ({unknown})" if unknown
+            else "unexplained: same plan, path and environment"]
+
+
+def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
+    """(plan | environment, field, "a vs b") of the first differing plan field, else environment field."""
+    for kind, diffs in (("plan", plan_differences(a, b)), ("environment", field_differences(a, b))):
+        if diffs:
+            name, x, y = diffs[0]
+            return kind, name, f"{x} vs {y}"
+    return None
+
+
+def unknown_plan(r: dict) -> str:
+    """Why the row's plan (or its prefix wrapper's) could not be read; "" when it was."""
+    plan = json.loads(r["plan"] or "{}")
+    return "; ".join(str(v) for k, v in plan.items() if k.rpartition(".")[2] == PLAN_UNKNOWN)
+
+
+def label(a: dict, b: dict) -> str:
+    """Why two rows may differ: the first differing plan field, else environment field, else unexplained.
+    A plan detrun could not read explains nothing, and cannot be taken as equal either."""
+    unknown = unknown_plan(a) or unknown_plan(b)
+    if unknown:
+        return f"unexplained (plan unknown: {unknown})"
+    found = cause(a, b)
+    return f"explained by {found[0]}: {found[1]}" if found else "unexplained"
+
+
+def _signature(r: dict) -> tuple:
+    return tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)
+
+
+def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
+    """The digests two rows must share: the whole output and LSE, or (last) their last query token's."""
+    pre = "last_" if last else ""
+    return r[f"{pre}out_digest"], r[f"{pre}lse_digest"]
+
+
+class _Blobs:
+    def __init__(self, store: RunStore, runs: Sequence[str]):
+        self.store, self.runs = store, list(runs)
+
+    def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
+        """A row's stored bytes and shape; with last, only its last row (the last query token)."""
+        raw, shape = self.store.read_blob(self.runs, r[f"{which}_digest"]), list(r[f"{which}_shape"] or [])
+        if raw is None or not last or not shape or not shape[0]:
+            return raw, shape
+        return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
+
+    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Optional[DiffStats]:
+        if _ident(a, last)[which == "lse"] == _ident(b, last)[which == "lse"]:
+            return None
+        (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
+        if raw_a is None or raw_b is None or shape_a != shape_b:
+            return None
+        return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
+
+
+def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
+    """table[values[code]] per code, -1 where absent (int32 where the table's values fit)."""
+    found = [table.get(v, -1) for v in values] or [-1]
+    dtype = np.int32 if len(table) < 1 << 31 else np.int64
+    return np.array(found, dtype=dtype)[codes]
+
+
+def _digits(first: np.ndarray, radix: int, second: np.ndarray) -> np.ndarray:
+    """first * radix + second, in int32 where it fits (in place on one new array)."""
+    wide = (int(first.max()) + 1) * radix >= 1 << 31 if len(first) else False
+    out = first.astype(np.int64 if wide else np.int32)
+    out *= radix
+    out += second
+    return out
+
+
+def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
+    """Each row's place in the run's expected keys (blocks x cells), found from its case, request,
+    mode, phase, slot and repeat and checked against its key one file at a time; a row whose key is
+    elsewhere (or nowhere) is looked up by key in expected() (built only then)."""
+    (lo, hi), modes, requests = cols.row_range(run_id), cols.dictionary("mode"), cols.dictionary("request")
+    phases = cols.dictionary("phase")
+    at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "phase", "slot", "repeat")}
+    combos = [(c, r, m, p) for c in cols.dictionary("case") for r in requests for m in modes for p in phases]
+    code = _digits(_digits(at["case"], len(requests), at["request"]), len(modes), at["mode"])
+    cell = _lookup(combos, {c: i for i, c in enumerate(cells)}, _digits(code, len(phases), at["phase"]))
+    del code
+    reps = int(at["repeat"].max()) + 1 if hi > lo else 1
+    slots = int(at["slot"].max()) + 1 if hi > lo else 1
+    slot = np.maximum(at["slot"], 0)
+    grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], {b: i for i, b in enumerate(blocks)},
+                   _digits(slot, reps, np.maximum(at["repeat"], 0)))
+    del slot
+    wide = len(blocks) * len(cells) >= 1 << 31
+    pos = grid.astype(np.int64) if wide else grid.astype(np.int32)
+    pos *= len(cells)
+    pos += cell
+    pos[(cell < 0) | (grid < 0)] = -1
+    heads, tails = key_parts(cells, blocks)
+    keys = cols.keys(run_id)
+    bounds = np.cumsum([0] + [len(chunk) for chunk in keys.chunks])
+
+    def check(k: int) -> None:  # Arrow and numpy let go of the GIL: chunks are checked in parallel
+        part = slice(int(bounds[k]), int(bounds[k + 1]))
+        want = pc.binary_join_element_wise(heads.take(pa.array(np.maximum(cell[part], 0))),
+                                           tails.take(pa.array(np.maximum(grid[part], 0))), "")
+        pos[part][~pc.equal(keys.chunk(k), want).to_numpy(zero_copy_only=False)] = -1
+
+    with ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        list(pool.map(check, range(keys.num_chunks)))
+    rest = np.flatnonzero(pos < 0)
+    if len(rest):
+        found = pc.index_in(keys.take(pa.array(rest)), value_set=expected()).to_numpy(zero_copy_only=False)
+        pos[rest] = np.where(np.isnan(found.astype(float)), -1, found).astype(np.int64)
+    return pos
+
+
+def _check_cells(cols: Columns, result: Comparison) -> None:
+    """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
+    for run_id in cols.runs:
+        manifest = cols.store.manifest(run_id)
+        if manifest.get("status") != "complete":
+            result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
+        spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
+        cells, blocks = key_layout(spec, gpus)
+        at = _positions(cols, run_id, cells, blocks, lambda: expected_key_array(spec, gpus))
+        count = np.bincount(at[at >= 0], minlength=len(cells) * len(blocks))
+        for i in np.flatnonzero(count != 1).tolist():
+            (case, request, mode, phase), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
+            key = row_key(case, request, mode, repeat, slot, phase)
+            if count[i] == 0:
+                result.missing.append(f"{run_id}:{key}")
+            else:
+                result.duplicates.append(f"{run_id}:{key} x{count[i]}")
+
+
+class _GroupJudge:
+    """Judges the groups of one request along one axis; records up to max_details mismatches."""
+
+    def __init__(self, result: Comparison, verdict: AxisVerdict, blobs: _Blobs, max_details: int):
+        self.result, self.verdict, self.blobs = result, verdict, blobs
+        self.axis, self.request = verdict.axis, verdict.request
+        self.left = max_details
+        self.last = self.axis == LAST
+
+    def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
+        if self.left <= 0:
+            return
+        self.left -= 1
+        self.result.mismatches.append(Mismatch(
+            self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
+            self.blobs.stats(a, b, "out", self.last), self.blobs.stats(a, b, "lse", self.last), why, tag))
+
+    def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
+        """(an unexplained difference, an explained difference) in this group."""
+        by_plan: Dict[tuple, List[dict]] = defaultdict(list)
+        for r in members:
+            by_plan[_signature(r)].append(r)
+        unexplained = explained = False
+        for same in by_plan.values():  # same plan, path and environment: must be bitwise equal
+            seen = {_ident(same[0], self.last)}
+            for r in same[1:]:
+                if _ident(r, self.last) not in seen:
+                    seen.add(_ident(r, self.last))
+                    unexplained = True
+                    self._record(same[0], r, explain(same[0], r), label(same[0], r))
+        reps = [same[0] for same in by_plan.values()]
+        for r in reps[1:]:  # plans differ: a difference is explained (unless a plan is unknown), an equality noted
+            if _ident(r, self.last) != _ident(reps[0], self.last):
+                tag = label(reps[0], r)
+                if tag.startswith("unexplained"):
+                    unexplained = True
+                else:
+                    explained = True
+                    _, name, values = cause(reps[0], r)
+                    self.verdict.causes.setdefault(name, values)
+                self._record(reps[0], r, explain(reps[0], r), tag)
+            # along phase the plans always differ (prefill's path, planner and kernel are never decode's):
+            # equal bits there are what phase claims, not worth a note; an unknown plan is its own finding
+            elif not self.last and not (unknown_plan(reps[0]) or unknown_plan(r)):
+                self.result.notes.append(
+                    f"equal across {self.axis} although plans differ: {self.request} "
+                    f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
+        return unexplained, explained
+
+
+def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict]]:
+    """request -> axis -> verdict, copies (name#i) folded into one row (name#*) with the worst verdict."""
+    rows: Dict[str, Dict[str, AxisVerdict]] = defaultdict(dict)
+    for v in verdicts:
+        base, _, copy = v.request.partition("#")
+        name = f"{base}#*" if copy else base
+        cur = rows[name].get(v.axis)
+        if cur is None:
+            rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows,
+                                             v.differing_groups, v.explained_groups, dict(v.causes))
+            continue
+        cur.groups += v.groups
+        cur.rows += v.rows
+        cur.differing_groups += v.differing_groups
+        cur.explained_groups += v.explained_groups
+        for why, example in v.causes.items():
+            cur.causes.setdefault(why, example)
+        if RANK[v.status] > RANK[cur.status]:
+            cur.status = v.status
+    return rows
+
+
+def _order(r: dict, order: Dict[str, int]) -> tuple:
+    return order[r["run_id"]], r["slot"], r["case"], r["phase"] != "prefill", r["mode"], r["repeat"]
+
+
+def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
+    """Audit, error and not-run lists in read order; returns the read indices of the ok rows."""
+    status = cols.codes("status")
+    names = cols.dictionary("status")
+    ok_code = names.index("ok") if "ok" in names else -1
+    others = np.flatnonzero(status != ok_code)
+    rows = cols.rows_at(others)
+    audited = cols.rows_in_memory(np.asarray([i for i, _ in cols.audit], dtype=np.int64))
+    for i, problem in cols.audit:
+        result.audit.append(f"{audited[i]['run_id']}:{audited[i]['key']}: {problem}")
+    for i in others.tolist():
+        r = rows[i]
+        if r["status"] == "error":
+            result.errors.append((f"{r['run_id']}:{r['key']}", r["reason"]))
+        else:
+            result.not_run.append((f"{r['run_id']}:{r['key']}", r["status"], r["reason"]))
+    ok = np.flatnonzero(status == ok_code)
+    reasons = cols.dictionary("reason")
+    if any(reasons):  # ok rows with a reason: known-bug cells that ran fine in an isolated worker
+        said = ok[cols.codes("reason")[ok] != (reasons.index("") if "" in reasons else -1)]
+        for r in cols.rows_in_memory(said).values():
+            result.unreproduced.append((f"{r['run_id']}:{r['key']}", r["reason"]))
+    return ok
+
+
+def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per group: whether values are not all one (compared with one representative row each)."""
+    if not len(values) or values.min() == values.max():  # one value overall: no group varies
+        return np.zeros(size, dtype=bool)
+    return np.bincount(group[values != values[rep][group]], minlength=size) > 0
+
+
+def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray, req: np.ndarray,
+                 judged: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request code: groups with two or more values of the axis, their rows; and the read indices
+    of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
+    index = np.int32 if len(group) < 1 << 31 else np.int64
+    rep = np.zeros(size, dtype=index)
+    rep[group] = np.arange(len(group), dtype=index)  # any member of each group
+    count = np.bincount(group, minlength=size)
+    valid = _varies(group, rep, axis, size)
+    judge = valid & _varies(group, rep, judged, size) if valid.any() else valid
+    nreq = int(req.max()) + 1 if len(req) else 0
+    of = req[rep[valid]]
+    groups = np.bincount(of, minlength=nreq)
+    rows = np.bincount(of, weights=count[valid], minlength=nreq).astype(np.int64)
+    return groups, rows, ok[judge[group]]
+
+
+def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
+    """axis -> (group code, bound): rows agreeing on request and every other axis share a code.
+    One mixed-radix code of all axes, the axis' digit taken out (else: combined per axis)."""
+    n, bound = len(req), 4 * len(req) + 64
+    cols = list(AXES.values())
+    part = {c: part[c] - part[c].min() if n and part[c].min() else part[c] for c in cols}  # digits from 0
+    radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
+    total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
+    if not n or total >= 1 << 62:
+        for axis, col in AXES.items():
+            yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
+        return
+    full, _ = combine([req] + [part[c] for c in cols])
+    if total < 1 << 31:
+        full = full.astype(np.int32)  # half the memory traffic of the five groupings
+    lower = 1
+    for col in reversed(cols):
+        axis = next(a for a, c in AXES.items() if c == col)
+        group = full // (lower * radix[col])
+        if lower > 1:
+            group *= lower
+            group += full % lower
+        size = total // radix[col]
+        if size > bound:
+            group = densify(group)
+            size = int(group.max()) + 1
+        yield axis, (group, size)
+        lower *= radix[col]
+
+
+def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False,
+                 expect: Optional[Dict[str, str]] = None) -> Comparison:
+    return compare_columns(read_columns(store, runs), max_details, strict, expect)
+
+
+def _unknown_plans(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
+    """The ok rows whose plan carries plan_unknown (a plan layout the backend could not read)."""
+    plans = cols.dictionary("plan")
+    codes = [i for i, p in enumerate(plans) if p and PLAN_UNKNOWN in p and unknown_plan({"plan": p})]
+    if not codes or not len(ok):
+        return
+    rows = cols.rows_in_memory(ok[np.isin(cols.codes("plan")[ok], codes)])
+    result.plan_unknown += [(f"{r['run_id']}:{r['key']}", unknown_plan(r)) for _, r in sorted(rows.items())]
+
+
+def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
+    """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
+    rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
+    each distinct plan once, under whichever case and mode met it first)."""
+    if not len(ok):
+        return
+    backend, attn = cols.codes("backend")[ok], cols.codes("attn")[ok]
+    names, attns = cols.dictionary("backend"), cols.dictionary("attn")
+    pairs = np.unique(np.stack([backend, attn]), axis=1).T.tolist()
+    result.backends = sorted({f"{names[b]} {attns[a]}".strip() for b, a in pairs})
+    if "flashinfer" not in names:
+        return
+    rows = ok[backend == names.index("flashinfer")]
+    if not len(rows):
+        return
+    key = ("run_id", "path", "plan")
+    group = densify(combine([cols.codes(c)[rows] for c in key])[0])
+    size = int(group.max()) + 1
+    audited = np.bincount(group, weights=cols.profiled[rows], minlength=size) > 0
+    result.audit_groups = size
+    first = np.zeros(size, dtype=np.int64)
+    first[group[::-1]] = rows[::-1]
+    lacking = first[~audited]
+    for i, r in sorted(cols.rows_in_memory(lacking).items()):
+        fi = cols.store.manifest(r["run_id"])["spec"].get("flashinfer", {})
+        why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
+               f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
+        plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
+        result.unaudited.append((f"{r['run_id']}: path {r['path']} plan {plan} (first in {r['case']}/{r['mode']})",
+                                 why))
+
+
+def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
+                    expect: Optional[Dict[str, str]] = None) -> Comparison:
+    """compare_runs over rows already read: grouping on integer codes, Python only for the groups
+    whose plans or digests are not all one (their mismatches, notes and counts). The claims are the
+    runs' specs' (expect, deterministic), then expect, then strict (every axis bitwise)."""
+    specs = [cols.store.manifest(run)["spec"] for run in cols.runs]
+    result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
+    result.profiles = sorted({p for p in (profile_label(s.get("sglang")) for s in specs) if p})
+    result.rows = cols.n
+    _check_cells(cols, result)
+    ok = _statuses(cols, result)
+    _ran(cols, ok, result)
+    _unknown_plans(cols, ok, result)
+    take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
+    part = {c: take(cols.codes(c)) for c in AXES.values()}
+    req = take(cols.codes("request"))
+    sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
+    judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
+    by_axis = dict.fromkeys(AXES, judged)
+    phase = part[AXES[LAST]]
+    if len(phase) and phase.min() != phase.max():  # prefill beside decode: only their last tokens' digests (their
+        # plans always differ, and an equality is not noted: _GroupJudge)
+        by_axis[LAST], _ = combine([take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
+    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis])
+                for axis, (group, size) in _groupings(req, part)}
+    rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
+    order = {run: i for i, run in enumerate(cols.runs)}
+    detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
+    by_request: Dict[str, List[dict]] = defaultdict(list)
+    for i in detail:
+        by_request[rows[i]["request"]].append(i)
+    blobs = _Blobs(cols.store, cols.runs)
+    names = cols.dictionary("request")
+    judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
+    for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
+        request = names[code]
+        for axis, col in AXES.items():
+            groups, nrows, _ = per_axis[axis]
+            judged = judged_sets[axis]
+            verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
+            judge = _GroupJudge(result, verdict, blobs, max_details)
+            members: Dict[tuple, List[dict]] = defaultdict(list)
+            for i in by_request[request]:
+                if i in judged:
+                    members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
+            for group in members.values():
+                unexplained, explained = judge(group)
+                verdict.differing_groups += unexplained
+                verdict.explained_groups += explained and not unexplained
+            if verdict.groups:
+                verdict.status = ("differs" if verdict.differing_groups else
+                                  "explained" if verdict.explained_groups else "equal")
+            result.verdicts.append(verdict)
+    return result

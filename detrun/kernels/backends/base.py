@@ -1,0 +1,202 @@
+"""The backend protocol, SGLang's wrapper-selection rule, and the CUDA-graph capture helper."""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Hashable, List, Optional, Tuple
+
+import torch
+
+from ..paths import (  # noqa: F401  (the backends take them from here)
+    PATH_DECODE,
+    PATH_PAGED,
+    PATH_RAGGED,
+    PATH_RAGGED_PREFIX,
+)
+from ...envflags import env_bool
+from ..inputs import Batch
+from ...spec.model import JobSpec
+from ...stages import Stages
+
+USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
+
+
+class Unsupported(Exception):
+    """This backend cannot run this cell here (recorded as skipped, with the reason)."""
+
+
+class BackendUnavailable(Exception):
+    """The backend asked for cannot run in this task (one line that says why; its cells become error rows)."""
+
+
+class KnownBug(Exception):
+    """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
+
+
+@dataclass
+class Output:
+    out: torch.Tensor  # [tokens, Hq, D] (decode: [requests, Hq, D])
+    lse: torch.Tensor  # [tokens, Hq] float32, base 2 (decode: [requests, Hq])
+    path: str
+    attn: str  # the kernel family that ran: fa2, fa3, torch-exact, ...
+    plan: Dict[str, object] = field(default_factory=dict)
+    kernels: List[str] = field(default_factory=list)
+    plan_ms: float = 0.0
+    timer: Optional["KernelTime"] = None  # the run's kernel time: run_ms waits for it
+
+    @property
+    def run_ms(self) -> float:
+        """Milliseconds the run took on the device (waits for the run to finish)."""
+        return self.timer.wait() if self.timer is not None else 0.0
+
+
+def sglang_use_ragged(use_paged: bool, deterministic: bool, mode: str) -> bool:
+    """FlashInferAttnBackend's rule: eager prefill vs CUDA-graph capture/replay."""
+    if mode == "cudagraph":
+        return not use_paged
+    return not deterministic and not use_paged
+
+
+def choose_path(use_paged: bool, deterministic: bool, mode: str, batch: Batch) -> str:
+    if not sglang_use_ragged(use_paged, deterministic, mode):
+        return PATH_PAGED
+    return PATH_RAGGED_PREFIX if batch.has_prefix else PATH_RAGGED
+
+
+class AttentionBackend(abc.ABC):
+    """Built once per task; reads its flags from the task's environment in __init__, as SGLang does."""
+
+    name: str = "?"
+
+    def __init__(self, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None):
+        self.spec = spec
+        self.device = device
+        self.stages = stages if stages is not None else Stages()
+        self.use_paged = env_bool(USE_PAGED_FLAG)
+        self.deterministic = spec.deterministic
+        self.graphs: Dict[Hashable, Captured] = {}
+        self.force_known_bugs = False  # an isolated worker runs a known-bug cell anyway
+
+    def path_for(self, mode: str, batch: Batch) -> str:
+        return choose_path(self.use_paged, self.deterministic, mode, batch)
+
+    def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str, key: Hashable = None,
+                 plan: Optional[dict] = None) -> Tuple[Tuple[torch.Tensor, ...], "KernelTime"]:
+        """Run (eager) or replay (cudagraph) one planned computation, without waiting for it: the
+        KernelTime waits when read (and records the "kernel" stage then).
+
+        A graph is captured once per key (a batch and path) and replayed by later calls whose plan
+        is the same, as SGLang re-plans and replays the graphs it captured; a new plan recaptures.
+        """
+        if mode == "cudagraph":
+            graph = self.graphs.get(key) if key is not None else None
+            if graph is None or graph.plan != plan:
+                graph = capture(run, self.device, self.stages, plan)
+                if key is not None:
+                    self.graphs[key] = graph
+            outputs, timer = graph.replay()
+        else:
+            outputs, timer = kernel_timed(run, self.device)
+        timer.stages = self.stages
+        return outputs, timer
+
+    @abc.abstractmethod
+    def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """Run prefill over the batch in a mode; raise Unsupported or KnownBug to say why not."""
+
+    def forward_decode(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """Decode one new token per request: q is the request's last prefill query row (batch.q[last_rows]),
+        over its whole cache (batch.full: prefix and all qo_len tokens, itself included). out [bs, Hq, D],
+        lse [bs, Hq], in request order; path PATH_DECODE. Raise Unsupported or KnownBug to say why not."""
+        raise Unsupported(f"{self.name}: no decode")
+
+
+def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> Tuple[object, float]:
+    """Run fn, return (result, wall milliseconds); with sync, the device is synchronised around it
+    (without, the host's time only: the work fn queued is not waited for)."""
+    sync = sync and device.type == "cuda"
+    if sync:
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    if sync:
+        torch.cuda.synchronize(device)
+    return result, (time.perf_counter() - start) * 1e3
+
+
+class KernelTime:
+    """Device time of queued work between two CUDA events (or a wall time already taken), read late so
+    the host can do other work while the device runs; wait() adds it to stages' "kernel" once."""
+
+    def __init__(self, ms: float = 0.0, events: Optional[tuple] = None, stages: Optional[Stages] = None):
+        self.ms, self.events, self.stages, self.counted = ms, events, stages, False
+
+    def wait(self) -> float:
+        if self.events is not None:
+            start, end = self.events
+            end.synchronize()
+            self.ms, self.events = start.elapsed_time(end), None
+        if not self.counted and self.stages is not None:
+            self.stages.add("kernel", self.ms / 1e3)
+            self.counted = True
+        return self.ms
+
+
+def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, KernelTime]:
+    """Run fn, return (result, its KernelTime): on a GPU, CUDA-event time of what fn queued on the current
+    stream (work queued before it, a digest say, is not counted), not waited for here; else wall time."""
+    if device.type != "cuda":
+        result, ms = timed(fn, device)
+        return result, KernelTime(ms)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = fn()
+    end.record()
+    return result, KernelTime(events=(start, end))
+
+
+@dataclass
+class Captured:
+    """A captured CUDA graph, the outputs it writes, and the plan it was captured under."""
+
+    graph: "torch.cuda.CUDAGraph"
+    outputs: Tuple[torch.Tensor, ...]
+    device: torch.device
+    plan: Optional[dict] = None
+
+    def replay(self) -> Tuple[Tuple[torch.Tensor, ...], KernelTime]:
+        """(cloned outputs, replay time); outputs are NaN first, so the replay must write every element."""
+        for t in self.outputs:
+            t.fill_(float("nan"))
+        _, timer = kernel_timed(self.graph.replay, self.device)
+        return tuple(t.clone() for t in self.outputs), timer
+
+
+def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,
+            plan: Optional[dict] = None) -> Captured:
+    """Warm fn up on a side stream, then capture it in a CUDA graph."""
+    if device.type != "cuda":
+        raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
+    stages = stages if stages is not None else Stages()
+    with stages("graph warm-up"):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+    with stages("graph capture"):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn()
+    return Captured(graph, tuple(outputs), device, plan)
+
+
+def capture_and_replay(
+    fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None
+) -> Tuple[Tuple[torch.Tensor, ...], float]:
+    """Capture fn in a new CUDA graph and replay it once; (cloned outputs, replay ms)."""
+    outputs, timer = capture(fn, device, stages).replay()
+    return outputs, timer.wait()

@@ -1,0 +1,57 @@
+"""The environment fingerprint a task records in every row: host, GPU, driver, CUDA, versions, flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+from importlib import metadata
+from typing import Dict, Iterable
+
+import torch
+
+from ..envflags import BOOL_FLAGS
+from ..fingerprint import fingerprint_of
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _driver() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else ""
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return ""
+
+
+def seen_flags(names: Iterable[str]) -> Dict[str, str]:
+    """The flags as this process sees them (the spec's own, plus every known boolean flag)."""
+    return {k: os.environ[k] for k in sorted(set(names) | BOOL_FLAGS) if k in os.environ}
+
+
+def environment(device: torch.device, flags: Dict[str, str]) -> Dict[str, object]:
+    env: Dict[str, object] = {
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),  # a TorchVersion would make the driver import torch
+        "flashinfer": _version("flashinfer-python"),
+        "ray": _version("ray"),
+        "cuda": torch.version.cuda or "",
+        "flags": json.dumps(flags, sort_keys=True),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(gpu_name=props.name, gpu_uuid=str(getattr(props, "uuid", "")),
+                   sm_count=props.multi_processor_count, driver=_driver())
+    else:
+        env.update(gpu_name=f"cpu:{platform.machine()}", gpu_uuid="", sm_count=0, driver="")
+    env["fingerprint"] = fingerprint_of(env)
+    return env

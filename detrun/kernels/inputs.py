@@ -1,0 +1,192 @@
+"""Seeded inputs: ragged q/k/v per request, scattered into a paged KV cache by a seeded page permutation.
+
+Values depend only on (spec.seed, request or prefix name), never on the batch or the device: they are
+drawn on the CPU (torch's CPU generator), rounded to the dtype there and moved, so the same request has
+the same bits in every case and on every GPU; a task draws each once (`Draws`). The stale values in
+every other cache slot come from a counter hash computed on the device: seeded, no CPU draw, and the
+same bits on any device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from .digest import mix
+from ..spec.model import JobSpec
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def stable_seed(*parts: object) -> int:
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen, dtype=torch.float32)
+
+
+def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """Seeded garbage in [-4, 4) drawn on the device: 16 hashed bits per element, exact in any dtype's range."""
+    idx = torch.arange(math.prod(shape), device=device, dtype=torch.int64)
+    bits = mix(idx ^ seed) & 0xFFFF
+    return ((bits - 0x8000).to(torch.float32) / 8192).to(dtype).reshape(shape)
+
+
+class Draws:
+    """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once)."""
+
+    def __init__(self, spec: JobSpec, device) -> None:
+        self.spec, self.device, self.cache = spec, device, {}
+
+    def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+        key = (kind, name)
+        if key not in self.cache:
+            values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
+            self.cache[key] = values.to(DTYPES[self.spec.dtype]).to(self.device)
+        return self.cache[key]
+
+
+@dataclass
+class PageTable:
+    """FlashInfer's paged-KV index triple (int32, CPU)."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    last_page_len: torch.Tensor
+    _on: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+    def indices_on(self, device) -> torch.Tensor:
+        """The indices copied to a device (once)."""
+        key = str(device)
+        if key not in self._on:
+            self._on[key] = self.indices.to(device)
+        return self._on[key]
+
+    @classmethod
+    def build(cls, pages: List[List[int]], lens: List[int], page_size: int) -> "PageTable":
+        indptr = [0]
+        for p in pages:
+            indptr.append(indptr[-1] + len(p))
+        last = [(n - 1) % page_size + 1 if n else 0 for n in lens]
+        flat = [i for p in pages for i in p]
+        as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
+        return cls(as_i32(indptr), as_i32(flat), as_i32(last))
+
+
+@dataclass
+class Batch:
+    """One batch composition (a case) with everything both wrappers need."""
+
+    case: str
+    requests: List[str]
+    qo_lens: List[int]
+    prefix_lens: List[int]
+    qo_indptr: torch.Tensor  # int32 CPU, over new tokens
+    q: torch.Tensor  # [tokens, Hq, D]
+    k: torch.Tensor  # [tokens, Hkv, D] new tokens only (the ragged wrapper's input)
+    v: torch.Tensor
+    k_cache: torch.Tensor  # [pages, page_size, Hkv, D] (NHD) holding prefix and new tokens
+    v_cache: torch.Tensor
+    full: PageTable  # prefix + new tokens, per request
+    prefix: PageTable  # prefix only (ragged + paged-prefix path)
+    page_size: int
+
+    @property
+    def kv_lens(self) -> List[int]:
+        return [q + p for q, p in zip(self.qo_lens, self.prefix_lens)]
+
+    @property
+    def has_prefix(self) -> bool:
+        return any(self.prefix_lens)
+
+    def span(self, i: int) -> slice:
+        return slice(int(self.qo_indptr[i]), int(self.qo_indptr[i + 1]))
+
+    @property
+    def last_rows(self) -> torch.Tensor:
+        """Each request's last query row in q (int64, CPU): the token a decode step computes."""
+        return self.qo_indptr[1:].long() - 1
+
+
+def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", draws: Optional[Draws] = None) -> Batch:
+    names = spec.members(case)
+    ps, hkv, hq, d = spec.page_size, spec.heads.kv, spec.heads.qo, spec.head_dim
+    dtype = DTYPES[spec.dtype]
+
+    # Logical layout: a prefix owns its pages (shared when its key repeats); new tokens follow.
+    n_pages = 0
+    prefix_pages: Dict[str, List[int]] = {}
+    full_pages, pre_pages, slots_new, slots_pre = [], [], [], []
+    for name in names:
+        req = spec.request(name)
+        key = spec.prefix_key(name)
+        pages: List[int] = []
+        if req.prefix_len:
+            if key not in prefix_pages:
+                count = -(-req.prefix_len // ps)
+                prefix_pages[key] = list(range(n_pages, n_pages + count))
+                slots_pre.append((key, req.prefix_len, prefix_pages[key]))
+                n_pages += count
+            pages = list(prefix_pages[key])
+        pre_pages.append(list(pages))
+        slots, pos = [], req.prefix_len
+        for _ in range(req.qo_len):
+            if pos % ps == 0 and pos // ps >= len(pages):
+                pages.append(n_pages)
+                n_pages += 1
+            slots.append((pages[pos // ps], pos % ps))
+            pos += 1
+        full_pages.append(pages)
+        slots_new.append(slots)
+
+    spare = max(2, n_pages // 4)
+    pool = n_pages + spare
+    perm = torch.randperm(pool, generator=torch.Generator().manual_seed(stable_seed(spec.seed, "perm", case)))
+    phys = perm[:n_pages].tolist()
+    draws = draws or Draws(spec, device)
+    # Stale, seeded garbage in every slot: a kernel reading outside its pages sees it.
+    k_cache = stale(stable_seed(spec.seed, "stale-k", case), (pool, ps, hkv, d), dtype, device)
+    v_cache = stale(stable_seed(spec.seed, "stale-v", case), (pool, ps, hkv, d), dtype, device)
+
+    def scatter(slots, k: torch.Tensor, v: torch.Tensor) -> None:
+        where = torch.tensor([(phys[p], s) for p, s in slots], dtype=torch.long).reshape(-1, 2).to(device)
+        k_cache[where[:, 0], where[:, 1]] = k
+        v_cache[where[:, 0], where[:, 1]] = v
+
+    for key, plen, pages in slots_pre:
+        scatter([(pages[t // ps], t % ps) for t in range(plen)],
+                draws("prefix-k", key, plen, hkv), draws("prefix-v", key, plen, hkv))
+
+    qs, ks, vs = [], [], []
+    for name, slots in zip(names, slots_new):
+        n = spec.request(name).qo_len
+        qs.append(draws("q", name, n, hq))
+        ks.append(draws("k", name, n, hkv))
+        vs.append(draws("v", name, n, hkv))
+        scatter(slots, ks[-1], vs[-1])
+
+    qo_lens = [spec.request(n).qo_len for n in names]
+    prefix_lens = [spec.request(n).prefix_len for n in names]
+    return Batch(
+        case=case,
+        requests=list(names),
+        qo_lens=qo_lens,
+        prefix_lens=prefix_lens,
+        qo_indptr=torch.tensor([0] + torch.tensor(qo_lens).cumsum(0).tolist(), dtype=torch.int32),
+        q=torch.cat(qs),
+        k=torch.cat(ks),
+        v=torch.cat(vs),
+        k_cache=k_cache,
+        v_cache=v_cache,
+        full=PageTable.build([[phys[p] for p in pg] for pg in full_pages],
+                             [q + p for q, p in zip(qo_lens, prefix_lens)], ps),
+        prefix=PageTable.build([[phys[p] for p in pg] for pg in pre_pages], prefix_lens, ps),
+        page_size=ps,
+    )

@@ -1,0 +1,84 @@
+"""JUnit XML of a judged Comparison (findings.py): claims, (request, axis) comparisons, every other finding."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..judge.compare import AXES, Comparison, collapse
+from ..judge.findings import FAIL, INFO, WARN
+from ..paths import write_output
+
+_COUNTS = ("tests", "failures", "errors", "skipped")
+
+
+class _Suite:
+    def __init__(self, name: str):
+        self.el = ET.Element("testsuite", name=name, time="0")
+        self.counts = dict.fromkeys(_COUNTS, 0)
+
+    def case(self, classname: str, name: str, kind: str = "", message: str = "", text: str = "") -> None:
+        tc = ET.SubElement(self.el, "testcase", classname=classname, name=name, time="0")
+        self.counts["tests"] += 1
+        if kind == "system-out":
+            ET.SubElement(tc, kind).text = "\n".join(t for t in (message, text) if t)
+        elif kind:
+            child = ET.SubElement(tc, kind, message=message)
+            if kind != "skipped":
+                child.set("type", kind)
+            child.text = text or message
+            self.counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[kind]] += 1
+
+
+_KIND = {FAIL: "failure", WARN: "skipped", INFO: "system-out"}
+
+
+def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
+    """One testcase per claim (axis), per (request, axis) comparison, and per other finding."""
+    verdict = cmp.verdict
+    suite = _Suite(name)
+    props = ET.SubElement(suite.el, "properties")
+    ET.SubElement(props, "property", name="verdict", value=verdict.headline)
+    ET.SubElement(props, "property", name="claims", value=cmp.claims.describe())
+    for i, line in enumerate(cmp.baseline_context):
+        ET.SubElement(props, "property", name=f"baseline.{i}", value=line)
+    for i, f in enumerate(verdict.of("provisional_baseline")):
+        ET.SubElement(props, "property", name=f"provisional.{i}", value=f.title)
+    claim_findings = {f.axis: f for f in verdict.of("broken_claim") + verdict.of("unverified_claim")}
+    for c in verdict.claims:
+        f = claim_findings.get(c.axis)
+        if f is not None:
+            suite.case("detrun.claim", f"{c.axis} {c.level}", _KIND[f.severity], f.title)
+        elif c.status in ("not compared", "ignored"):
+            suite.case("detrun.claim", f"{c.axis} {c.level}", "skipped", f"{c.axis}: {c.status}")
+        else:
+            suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", f"{c.axis} {c.level}: held")
+    per_request = {(f.request, f.axis): f for f in verdict.findings if f.kind in ("differs", "explained")}
+    for request, cells in collapse(cmp.verdicts).items():
+        for axis in AXES:
+            v, f = cells[axis], per_request.get((request, axis))
+            cls = f"detrun.{axis}"
+            if f is not None:
+                suite.case(cls, request, _KIND[f.severity], f.title, f.detail)
+            elif v.status == "n/a":
+                suite.case(cls, request, "skipped", f"nothing varies along {axis}")
+            else:
+                suite.case(cls, request, "system-out", f"{v.rows} rows in {v.groups} groups bitwise equal")
+    done = {"broken_claim", "unverified_claim", "differs", "explained"}
+    for f in verdict.findings:
+        if f.kind not in done:
+            kind = "error" if f.kind == "error" else _KIND[f.severity]
+            text = "\n".join([f.title, *f.items[:50], f.detail]).strip()
+            suite.case(f"detrun.{f.kind}", f.title, kind, f.title, text)
+    root = ET.Element("testsuites", name=name)
+    for k, v in suite.counts.items():
+        suite.el.set(k, str(v))
+        if k != "skipped":
+            root.set(k, str(v))
+    root.append(suite.el)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(cmp: Comparison, path: str, name: str = "detrun", option: str = "--junit") -> None:
+    """Write the JUnit XML; a failed write is a DetrunError naming option."""
+    write_output(path, junit_xml(cmp, name), option)

@@ -1,0 +1,151 @@
+"""Terminal output of a Comparison (rich)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..judge.compare import AXES, Comparison, collapse
+from ..judge.findings import FAIL, INFO, KINDS, WARN, Finding, Verdict
+from ..judge.history import History
+from ..stages import KERNEL_ROW
+
+_STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
+_SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
+_VERDICT = {"REPRODUCIBLE": "bold green", "DETERMINISM FAILURE": "bold red", "NOT VERIFIED": "bold red"}
+_CLAIM = {"held": "green", "broken": "bold red", "not compared": "dim", "ignored": "dim"}
+_LIST_MAX = 10
+_GROUPED = ("differs", "explained")
+
+
+def _cell(v) -> str:
+    if v.status == "n/a":
+        return "[dim]n/a[/]"
+    bad = {"differs": v.differing_groups, "explained": v.explained_groups}.get(v.status)
+    tail = f" {bad}/{v.groups}" if bad is not None else f" ({v.rows})"
+    return f"[{_STYLE[v.status]}]{v.status}[/]{tail}"
+
+
+def _listing(console: Console, title: str, items, style: str, limit: int = _LIST_MAX) -> None:
+    if not items:
+        return
+    console.print(f"[{style}]{title}: {len(items)}[/]")
+    for item in items[:limit]:
+        console.print(f"  {item}", soft_wrap=True)
+    if len(items) > limit:
+        console.print(f"  ... and {len(items) - limit} more (--details N lists more)")
+
+
+def verdict_line(verdict: Verdict) -> str:
+    style = _VERDICT[verdict.label]
+    label, _, rest = verdict.headline.partition(" (exit ")
+    return f"verdict: [{style}]{escape(label)}[/] (exit {escape(rest)}"
+
+
+def _differences(console: Console, findings: List[Finding], details: int) -> None:
+    """Per-request differences grouped by (axis, kind, cause): counts first, then up to `details` examples."""
+    groups: Dict[tuple, List[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.kind in _GROUPED:
+            groups[(f.axis, f.kind, f.cause, f.severity)].append(f)
+    for (axis, kind, cause, sev), members in sorted(groups.items(), key=lambda g: (g[0][3] != FAIL, g[0][:3])):
+        what = "unexplained" if kind == "differs" else f"explained by {cause}"
+        _listing(console, f"{axis}: {what} ({sev}), requests", [escape(f.title) for f in members], _SEVERITY[sev],
+                 max(details, _LIST_MAX))
+        shown = [f for f in members if f.examples][:details]
+        for f in shown:
+            console.print(escape(f.examples[0]), soft_wrap=True)
+        if details and len(members) > len(shown):
+            console.print(f"  ({len(members) - len(shown)} more; --details N shows more)")
+
+
+def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> None:
+    """Summary first: the verdict, the claims, differences by (axis, cause), every other finding; then
+    the request x axis table, and the verdict again as the last line."""
+    verdict = cmp.verdict
+    console.print(verdict_line(verdict), soft_wrap=True)
+    console.print("claims: " + ", ".join(f"{c.axis} {c.level} [{_CLAIM[c.status]}]{c.status}[/]"
+                                         for c in verdict.claims), soft_wrap=True)
+    for f in verdict.of("broken_claim") + verdict.of("nothing_compared") + verdict.of("unverified_claim"):
+        console.print(f"[{_SEVERITY[f.severity]}]{f.label}[/]: {escape(f.title)}", soft_wrap=True)
+    for line in cmp.baseline_context:
+        console.print(f"[cyan]baseline[/]: {escape(line)}", soft_wrap=True)
+    _differences(console, verdict.findings, details)
+    shown = set(_GROUPED) | {"broken_claim", "nothing_compared", "unverified_claim"}
+    by_kind: Dict[str, List[Finding]] = defaultdict(list)
+    for f in verdict.findings:
+        if f.kind not in shown:
+            by_kind[f.kind].append(f)
+    for kind, members in by_kind.items():
+        worst = min((f.severity for f in members), key=[FAIL, WARN, INFO].index)
+        tag = {FAIL: "a failure", WARN: "not a pass", INFO: "noted"}[worst]
+        _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst],
+                 details if worst == INFO else max(details, _LIST_MAX))
+    table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
+    table.add_column("request")
+    for axis in AXES:
+        level = cmp.claims.level(axis)
+        table.add_column(axis if level == "explained" else f"{axis} ({level})")
+    for request, cells in collapse(cmp.verdicts).items():
+        table.add_row(escape(request), *(_cell(cells[a]) for a in AXES))
+    console.print(table)
+    console.print(verdict_line(verdict), soft_wrap=True)
+
+
+def print_history(hist: History, console: Console) -> None:
+    console.print(f"history: {len(hist.runs)} runs, oldest first")
+    for r in hist.runs:
+        style = {"pass": "green", "FAIL": "bold red", "damaged": "bold red"}.get(r.verdict, "yellow")
+        if r.verdict == "damaged":
+            console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.spec)}  "
+                          f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
+            continue
+        counts = " ".join(f"{k}={n}" for k, n in r.counts.items())
+        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
+                      f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
+                      + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
+    _listing(console, "cases whose bits changed (against earlier runs of the same job)",
+             [escape(str(d)) for d in hist.drifts], "bold red")
+
+
+def print_timings(rows, wall: float, steady, console: Console) -> None:
+    """Where a run's seconds went, stage by stage (sums over shards; one GPU runs them in turn), and the
+    steady state: cells whose case, phase and mode ran before in their task."""
+    table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
+    for name in ("stage", "seconds", "share", "count"):
+        table.add_column(name, justify="left" if name == "stage" else "right")
+    total = sum(s for name, s, _ in rows if name != KERNEL_ROW) or 1.0  # the kernels overlap the host stages
+    for name, seconds, count in rows:
+        if name == KERNEL_ROW:
+            continue
+        table.add_row(name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
+    table.add_row("sum over shards", f"{total:.3f}", "100%", "")
+    for name, seconds, count in rows:
+        if name == KERNEL_ROW:
+            table.add_row(f"[bold green]{name}[/]", f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
+    console.print(table)
+    if steady:
+        console.print(steady_line(*steady))
+
+
+def steady_overhead(cell_s: float, parts: dict) -> Optional[float]:
+    """Steady cells' seconds over their kernel seconds, in percent (None: no kernel time recorded)."""
+    kernel = parts.get("kernel", 0.0)
+    return 100 * (cell_s - kernel) / kernel if kernel > 0 else None
+
+
+def steady_line(cells: int, cell_s: float, parts: dict) -> str:
+    """One cell in steady state: its wall, what it spent in kernels, plan() and digests, and the overhead."""
+    ms = lambda s: f"{1e3 * s / cells:.3f} ms"  # noqa: E731
+    rest = cell_s - sum(parts.values())
+    overhead = steady_overhead(cell_s, parts)
+    over = f"{overhead:.1f}% of kernel time" if overhead is not None else "no kernel time recorded"
+    split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
+    # The host's digest and row work runs while the kernel runs: then the parts add up to more than the cell.
+    tail = f"rest {ms(rest)}" if rest >= 0 else f"of which {ms(-rest)} ran on the host during the kernel"
+    return (f"steady state ({cells} cells whose case, phase and mode ran before in their task): "
+            f"{ms(cell_s)} per cell ({split}, {tail}); overhead {over}")

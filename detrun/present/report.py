@@ -1,0 +1,119 @@
+"""One self-contained HTML report of a Comparison: inline CSS and SVG, no script, no network."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Dict, List, Sequence
+
+from ..judge.baseline import run_fingerprints
+from ..judge.compare import AXES, Comparison, collapse
+from ..judge.findings import FAIL, INFO, WARN
+from ..fingerprint import FINGERPRINT_FIELDS
+from ..paths import write_output
+from ..store.runs import RunStore
+
+COLOURS = {"equal": "#2ca02c", "explained": "#f0b400", "differs": "#d62728", "n/a": "#d9d9d9"}
+_CSS = """body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}pre{margin:0;white-space:pre-wrap}
+.verdict{font-size:22px;font-weight:bold;padding:8px 12px;color:#fff;display:inline-block}
+.fail{background:#d62728}.pass{background:#2ca02c}svg text{font:12px sans-serif}
+.sev-fail{color:#d62728;font-weight:bold}.sev-warn{color:#b07d00;font-weight:bold}.sev-info{color:#1f77b4}"""
+_CELL_W, _CELL_H, _LABEL_W, _HEAD_H = 90, 22, 170, 24
+
+
+def heatmap_svg(cmp: Comparison) -> str:
+    """(request x axis) cells coloured by verdict; one <rect class="cell"> per cell."""
+    rows = collapse(cmp.verdicts)
+    width, height = _LABEL_W + _CELL_W * len(AXES), _HEAD_H + _CELL_H * len(rows)
+    out = [f'<svg id="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
+    for j, axis in enumerate(AXES):
+        out.append(f'<text x="{_LABEL_W + j * _CELL_W + 8}" y="16">{axis}</text>')
+    for i, (request, cells) in enumerate(rows.items()):
+        y = _HEAD_H + i * _CELL_H
+        out.append(f'<text x="4" y="{y + 15}">{escape(request)}</text>')
+        for j, axis in enumerate(AXES):
+            v = cells[axis]
+            tip = f"{request} / {axis}: {v.status} ({v.groups} groups, {v.rows} rows)"
+            out.append(f'<rect class="cell" data-status="{v.status}" x="{_LABEL_W + j * _CELL_W}" y="{y}" '
+                       f'width="{_CELL_W - 2}" height="{_CELL_H - 2}" fill="{COLOURS[v.status]}">'
+                       f'<title>{escape(tip)}</title></rect>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def max_ulp_by_request(cmp: Comparison) -> Dict[str, int]:
+    worst: Dict[str, int] = {name: 0 for name in collapse(cmp.verdicts)}
+    for m in cmp.mismatches:
+        base, _, copy = m.request.partition("#")
+        name = f"{base}#*" if copy else base
+        ulps = [s.max_ulp for s in (m.out, m.lse) if s is not None]
+        worst[name] = max([worst.get(name, 0), *ulps])
+    return worst
+
+
+def ulp_plot_svg(cmp: Comparison) -> str:
+    """Horizontal bars of the largest ULP distance seen per request (log scale)."""
+    worst = max_ulp_by_request(cmp)
+    unexplained = {m.request.partition("#")[0] for m in cmp.mismatches if not m.explained}
+    top = max([1, *worst.values()])
+    scale = 500 / math.log10(top + 1) if top > 1 else 500
+    out = [f'<svg id="ulp-plot" xmlns="http://www.w3.org/2000/svg" width="{_LABEL_W + 600}" '
+           f'height="{_CELL_H * len(worst) + 4}">']
+    for i, (name, ulp) in enumerate(worst.items()):
+        y, length = i * _CELL_H, math.log10(ulp + 1) * scale
+        colour = COLOURS["differs" if name.partition("#")[0] in unexplained else "explained"]
+        out.append(f'<text x="4" y="{y + 15}">{escape(name)}</text>')
+        out.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 2}" width="{length:.1f}" height="{_CELL_H - 6}" '
+                   f'fill="{colour}"/><text x="{_LABEL_W + length + 6:.1f}" y="{y + 15}">{ulp}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
+    cells = "".join(f"<tr>{''.join(f'<td>{c}</td>' for c in row)}</tr>" for row in rows)
+    return f"<table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{cells}</table>"
+
+
+def _findings_table(findings) -> str:
+    """Every finding the verdict counts: severity, kind, what, cells involved, the numbers."""
+    order = {FAIL: 0, WARN: 1, INFO: 2}
+    rows = [[f'<span class="sev-{f.severity}">{f.severity}</span>', escape(f.label), escape(f.title),
+             escape(", ".join(f.items[:20]) + (f" (+{len(f.items) - 20} more)" if len(f.items) > 20 else "")),
+             f"<pre>{escape(f.detail)}</pre>" if f.detail else ""]
+            for f in sorted(findings, key=lambda f: order[f.severity])]
+    return _table(["severity", "kind", "finding", "cells", "details"], rows) if rows else "<p>none</p>"
+
+
+def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report") -> str:
+    verdict = cmp.verdict
+    env = run_fingerprints(store, cmp.runs)
+    counts = {s: sum(v.status == s for v in cmp.verdicts) for s in COLOURS}
+    summary = (f"runs: {', '.join(cmp.runs)}; {cmp.rows} rows; comparisons: "
+               + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; claims: {cmp.claims.describe()}")
+    claims = _table(["axis", "claim", "status", "groups", "differ (unexplained)", "explained", "causes"],
+                    [[c.axis, c.level, escape(c.status), str(c.groups), escape(", ".join(c.differing)),
+                      escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
+    legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {s}' for s, c in COLOURS.items())
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1><div class='verdict {'fail' if verdict.failed else 'pass'}' id='verdict'>"
+        f"{escape(verdict.label)} (exit {verdict.exit_code})</div><p id='headline'>{escape(verdict.headline)}</p>"
+        f"<p>{escape(summary)}</p>",
+        "".join(f"<p>baseline: {escape(line)}</p>" for line in cmp.baseline_context),
+        f"<h2>Claims</h2>{claims}",
+        f"<h2>Verdicts (request x comparison axis)</h2><p>{legend}</p>{heatmap_svg(cmp)}",
+        f"<h2>Findings</h2><div id='findings'>{_findings_table(verdict.findings)}</div>",
+        f"<h2>Max ULP per request</h2>{ulp_plot_svg(cmp)}",
+        "<h2>Environment</h2>" + _table(["fingerprint", *FINGERPRINT_FIELDS],
+                                        [[escape(fp), *(escape(str(f[k])) for k in FINGERPRINT_FIELDS)]
+                                         for fp, f in sorted(env.items())]),
+        "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def write_report(store: RunStore, cmp: Comparison, path: str, title: str = "detrun report",
+                 option: str = "-o/--output") -> None:
+    """Write the report; a failed write is a DetrunError naming option."""
+    write_output(path, build_report(store, cmp, title), option)

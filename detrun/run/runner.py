@@ -1,0 +1,460 @@
+"""Ray: connect or start, find the alive GPUs, one placement-group bundle per GPU, one task per shard.
+
+The only module that uses Ray's scheduling APIs. Rows are written per shard by the driver, atomically,
+so a retried, resumed or interrupted run never holds a partial or duplicated shard.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+
+import ray
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from ..store import heartbeat
+from ..errors import AUTH_HINT, DetrunError, interruption
+from .isolation import (
+    BugSamples,
+    Isolated,
+    ShardBook,
+    deferred_cell,
+    finished_rows,
+    lost_rows,
+    reproduced,
+    unfinished_rows,
+)
+from .jitcache import CONTEXT_KEY as JIT_CACHE
+from ..spec.matrix import Shard, cells_for, check_size, shard_keys, shards
+from .resources import host_peak_mb
+from ..spec.model import JobSpec, spec_from_dict
+from ..store.runs import RunStore, new_run_id
+
+PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
+# A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
+NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
+# Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
+TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
+TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
+# An isolated cell's task gets this long beyond isolation.cell_timeout_s (worker start, imports) before
+# the driver cancels it as hung.
+ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "60"))
+# A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
+# a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
+LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
+
+
+def _test_hooks() -> None:
+    marker = os.environ.get(TEST_CRASH_ONCE)
+    if marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:
+            os._exit(1)  # a worker crash: Ray retries it (max_retries), it is no exception of ours
+    time.sleep(float(os.environ.get(TEST_SLEEP_S, "0")))
+
+
+@ray.remote(num_gpus=1, max_retries=1, retry_exceptions=False)
+def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
+    """One shard on one GPU (num_gpus in the decorator: a fresh worker process per task).
+
+    System failures (worker crash, node death) are retried once; exceptions never are, so a
+    failing or mismatching kernel is not re-run until it happens to pass.
+    """
+    return _run(spec_data, shard, run_id, context=context)
+
+
+@ray.remote(num_gpus=1, max_retries=0)
+def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None) -> dict:
+    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result
+    (the driver cancels it after isolation.cell_timeout_s and the grace, so it knows a hang for one)."""
+    return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False, context=context)
+
+
+def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False,
+         watchdog: bool = True, context: Optional[dict] = None) -> dict:
+    """context: the driver's settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
+    entered, start = time.time(), time.perf_counter()
+    from .worker import run_shard  # torch and detrun: the task's first imports
+
+    imported = time.perf_counter() - start
+    _test_hooks()
+    context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
+    return run_shard(spec_data, shard, run_id, context,
+                     {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog)
+
+
+def local_gpu_count() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def alive_gpus(accelerator_type: Optional[str] = None) -> int:
+    """GPUs over the alive nodes (ray.nodes() keeps dead ones), optionally of one accelerator type."""
+    total = 0
+    for node in ray.nodes():
+        resources = node.get("Resources", {})
+        if node.get("Alive") and (not accelerator_type or resources.get(f"accelerator_type:{accelerator_type}")):
+            total += int(resources.get("GPU", 0))
+    return total
+
+
+def _init(**kwargs) -> None:
+    """ray.init, keeping the caller's SIGTERM handler (Ray's exits without marking the run incomplete)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**kwargs)
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
+def connect(address: Optional[str] = None, gpus: Optional[int] = None,
+            accelerator_type: Optional[str] = None) -> int:
+    """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
+
+    gpus None means every alive GPU (of accelerator_type, when given).
+    """
+    if not ray.is_initialized():
+        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            if address:
+                _init(address=address, **kwargs)
+            else:
+                declared = gpus if gpus is not None else max(1, local_gpu_count())
+                _init(address="local", num_gpus=declared, _system_config=LOCAL_SYSTEM_CONFIG, **kwargs)
+        except ray.exceptions.AuthenticationError:
+            raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
+        except ConnectionError as exc:
+            raise DetrunError(f"cannot connect to Ray at {address}: {str(exc).strip().splitlines()[0]}") from None
+    available = alive_gpus(accelerator_type)
+    kind = f" of accelerator type {accelerator_type}" if accelerator_type else ""
+    if available < 1:
+        raise DetrunError(f"the Ray cluster has no alive GPU{kind} (start it with --num-gpus, or pass --gpus N)")
+    if gpus is not None and gpus > available:
+        raise DetrunError(f"--gpus {gpus} asked, but the Ray cluster has {available} alive GPU(s){kind}")
+    return gpus or available
+
+
+def failure_line(exc: BaseException) -> str:
+    """The line of a Ray error that names the cause (the last one of its traceback)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else type(exc).__name__
+
+
+@dataclass
+class SubmitResult:
+    run_id: str
+    gpus: int
+    notes: List[str] = field(default_factory=list)
+    failures: List[str] = field(default_factory=list)
+    shards_run: int = 0
+
+
+@dataclass
+class RunOptions:
+    accelerator_type: Optional[str] = None
+    task_timeout: Optional[float] = None  # seconds from a task's submission (its retry included)
+    on_progress: Optional[Callable[[int, int], None]] = None
+    jit_cache: Optional[str] = None  # runs root whose jit-cache/ the tasks restore from and save to (jitcache.py)
+
+
+def submit(
+    spec: JobSpec,
+    store: RunStore,
+    gpus: int,
+    spec_path: str = "",
+    run_id: Optional[str] = None,
+    on_progress: Optional[Callable[[int, int], None]] = None,
+    options: Optional[RunOptions] = None,
+    manifest_extra: Optional[dict] = None,
+) -> SubmitResult:
+    """Run every shard of spec on `gpus` GPUs of the connected Ray; rows land in the store."""
+    options = options or RunOptions()
+    options.on_progress = on_progress or options.on_progress
+    run_id = run_id or new_run_id(spec.name)
+    check_size(spec, gpus)
+    spec_data = spec.model_dump(mode="json")
+    store.create_run(run_id, spec_data, gpus, spec_path, accelerator_type=options.accelerator_type,
+                     **(manifest_extra or {}))
+    return _ShardRun(spec, store, run_id, shards(spec, gpus), gpus, options).run()
+
+
+def missing_shards(store: RunStore, run_id: str) -> Tuple[JobSpec, List[Shard]]:
+    """The shards of a run whose part file is missing, unreadable or short of rows."""
+    manifest = store.manifest(run_id)
+    spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
+    todo = []
+    for shard in shards(spec, int(manifest["gpus"])):
+        stored = store.shard_keys(run_id, shard.shard_id)
+        if stored is None or not set(shard_keys(spec, shard)) <= stored:
+            todo.append(shard)
+    return spec, todo
+
+
+def resume(store: RunStore, run_id: str, available: int, options: Optional[RunOptions] = None,
+           manifest_extra: Optional[dict] = None) -> SubmitResult:
+    """Run only the shards a run lacks, on up to `available` GPUs (one bundle per missing slot)."""
+    spec, todo = missing_shards(store, run_id)
+    store.reopen_run(run_id, **(manifest_extra or {}))
+    bundles = min(available, len({s.slot for s in todo}))
+    return _ShardRun(spec, store, run_id, todo, bundles, options or RunOptions()).run()
+
+
+class _ShardRun:
+    """One placement group; each bundle runs its queue of shards one task at a time."""
+
+    def __init__(self, spec: JobSpec, store: RunStore, run_id: str, todo: Sequence[Shard], bundles: int,
+                 options: RunOptions):
+        self.spec, self.store, self.run_id, self.options = spec, store, run_id, options
+        self.spec_data = spec.model_dump(mode="json")
+        self.result = SubmitResult(run_id, bundles)
+        self.total, self.finished = len(todo), 0
+        slots = sorted({s.slot for s in todo})
+        self.queues: Dict[int, Deque[Union[Shard, Isolated]]] = {b: deque() for b in range(bundles)}
+        for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
+            self.queues[slots.index(shard.slot) % bundles].append(shard)
+        self.pending: Dict[ray.ObjectRef, Tuple[Union[Shard, Isolated], int, float]] = {}
+        self.books: Dict[str, ShardBook] = {}  # shards waiting for their isolated cells
+        self.failed: set = set()  # shard ids given up (their isolated cells still running are dropped)
+        self.bugs = BugSamples(spec.isolation.samples)
+        self.parked: Dict[Isolated, int] = {}  # known-bug cells waiting for a sample of their bug: bundle
+        self.submitted_unix: Dict[str, float] = {}
+        self.lost_since: Dict[int, float] = {}
+        self.context = {JIT_CACHE: options.jit_cache} if options.jit_cache else {}
+        self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
+
+    def _bundle(self) -> dict:
+        bundle = {"GPU": 1, "CPU": self.cpus}
+        if self.options.accelerator_type:
+            bundle[f"accelerator_type:{self.options.accelerator_type}"] = 0.001
+        return bundle
+
+    def run(self) -> SubmitResult:
+        if not self.total:
+            self.store.finish_run(self.run_id, "complete", failures=[])
+            return self.result
+        start = time.perf_counter()
+        pg = placement_group([self._bundle()] * len(self.queues), strategy="SPREAD")
+        status, timings = "incomplete", {}
+        try:
+            ready = self._wait_placed(pg)
+            if not ready:
+                raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
+            timings["placement_group_s"] = time.perf_counter() - start
+            self._loop(pg)
+            for book in list(self.books.values()):  # isolated cells left waiting (their sample was lost)
+                self._fail(book.shard, "isolated cells did not finish")
+            timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
+            status = "complete" if not self.result.failures else "incomplete"
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under the CLI (errors.Terminated)
+            for ref in self.pending:
+                ray.cancel(ref, force=True)
+            self.result.failures.append(f"{interruption(exc)} with {len(self.pending)} task(s) running")
+            raise
+        finally:
+            remove_placement_group(pg)
+            timings["driver_peak_rss_mb"] = host_peak_mb()
+            self.store.finish_run(self.run_id, status, failures=self.result.failures, timings=timings)
+        return self.result
+
+    def _loop(self, pg) -> None:
+        self.pg, self.env = pg, {"env_vars": dict(self.spec.env)}
+        for bundle in self.queues:
+            self._launch(bundle)
+        while self.pending:
+            done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
+            for ref in done:
+                item, bundle, started = self.pending.pop(ref)
+                if isinstance(item, Isolated):
+                    self._collect_cell(ref, item)
+                else:
+                    self._collect(ref, item, bundle)
+                self._launch(bundle)
+            self._expire()
+            self._give_up_lost_bundles(pg)
+            self._heartbeat()
+            if self.options.on_progress:
+                self.options.on_progress(self.finished, self.total)
+
+    def _launch(self, bundle: int) -> None:
+        if not self.queues[bundle]:
+            return
+        item = self.queues[bundle].popleft()
+        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
+        remote = cell_task if isinstance(item, Isolated) else shard_task
+        task = remote.options(scheduling_strategy=strategy, runtime_env=self.env, num_cpus=self.cpus)
+        name = item.task_id if isinstance(item, Isolated) else item.shard_id
+        self.submitted_unix[name] = time.time()
+        self.pending[task.remote(self.spec_data, item, self.run_id, self.context)] = (item, bundle, time.monotonic())
+
+    def _fail(self, shard: Shard, reason: str) -> None:
+        if shard.shard_id in self.failed:
+            return  # already failed (a lost bundle took another of its isolated cells)
+        self.failed.add(shard.shard_id)
+        self.books.pop(shard.shard_id, None)
+        self.finished += 1
+        self.result.failures.append(f"shard {shard.shard_id}: {reason}")
+
+    def _collect(self, ref: ray.ObjectRef, shard: Shard, bundle: int) -> None:
+        ready, start = time.time(), time.perf_counter()
+        try:
+            out = ray.get(ref)
+        except ray.exceptions.OutOfMemoryError as exc:
+            return self._error_rows(shard, f"killed by Ray's memory monitor (out of memory): {failure_line(exc)}")
+        except ray.exceptions.WorkerCrashedError as exc:
+            if not self.spec.isolation.split_crashed:
+                return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
+            why = f"its shard's process died ({failure_line(exc)})"
+            return self._isolate(shard, None, [Isolated(shard, c, "crashed", why)
+                                               for c in cells_for(self.spec, shard.repeats)], bundle)
+        except ray.exceptions.RayError as exc:
+            return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
+        driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
+                  "get_s": time.perf_counter() - start}
+        out["timings"] = dict(out.get("timings", {}), driver=driver)
+        if out.get("deferred"):
+            return self._isolate(shard, out, [Isolated(shard, deferred_cell(d), d["kind"], d["reason"])
+                                              for d in out["deferred"]], bundle)
+        self._write(shard, out["rows"], out["blobs"], out["timings"], out["note"])
+
+    def _write(self, shard: Shard, rows: List[dict], blobs: Dict[str, bytes], timings: dict, note: str) -> None:
+        start = time.perf_counter()
+        self.store.write_blobs(blobs)
+        self.store.write_rows(self.run_id, shard.shard_id, rows)
+        timings.setdefault("driver", {})["write_s"] = time.perf_counter() - start
+        self.store.write_timings(self.run_id, shard.shard_id, timings)
+        self.books.pop(shard.shard_id, None)
+        self.finished += 1
+        self.result.shards_run += 1
+        if note and note not in self.result.notes:
+            self.result.notes.append(note)
+            print(note, file=sys.stderr)
+
+    # -- crash isolation: cells run alone in sacrificial workers (isolation.py)
+    def _isolate(self, shard: Shard, out: Optional[dict], items: List[Isolated], bundle: int) -> None:
+        """Hold the shard's rows; queue its isolated cells first on the bundle that ran it."""
+        self.books[shard.shard_id] = ShardBook(self.spec, shard, out, [i.cell for i in items])
+        run = []
+        for item in items:
+            verdict = self.bugs.admit(item) if item.force else "run"
+            if verdict == "run":
+                run.append(item)
+            elif verdict == "wait":
+                self.parked[item] = bundle
+            else:
+                self._fill(item, self.bugs.unrun_rows(self.spec, self.run_id, item))
+        self.queues[bundle].extendleft(reversed(run))
+        print(f"shard {shard.shard_id}: {len(items)} cell(s) run alone in isolated workers "
+              f"({items[0].kind}: {items[0].reason})", file=sys.stderr)
+
+    def _collect_cell(self, ref: ray.ObjectRef, item: Isolated) -> None:
+        blobs, timings = {}, None
+        try:
+            out = ray.get(ref)
+            rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
+        except ray.exceptions.RayError as exc:
+            rows = lost_rows(self.spec, self.run_id, item,
+                             f"its process died ({type(exc).__name__}: {failure_line(exc)})")
+        if timings:
+            self.store.write_timings(self.run_id, item.task_id, timings)
+        self._settled(item, rows, blobs)
+
+    def _settled(self, item: Isolated, rows: List[dict], blobs: Optional[Dict[str, bytes]] = None) -> None:
+        """An isolated cell has its rows; a known bug's outcome decides its waiting cells."""
+        if item.force:
+            for other in self.bugs.resolve(item, reproduced(rows)):
+                bundle = self.parked.pop(other)
+                if self.bugs.outcome[other.reason][0]:
+                    self._fill(other, self.bugs.unrun_rows(self.spec, self.run_id, other))
+                else:
+                    self.queues[bundle].appendleft(other)
+        self._fill(item, rows, blobs)
+
+    def _fill(self, item: Isolated, rows: List[dict], blobs: Optional[Dict[str, bytes]] = None) -> None:
+        book = self.books.get(item.shard.shard_id)
+        if book is None:
+            return
+        book.fill(item.cell, rows, blobs)
+        if book.done:
+            self._write(book.shard, book.rows(), book.blobs, book.timings, book.note)
+
+    def _error_rows(self, shard: Shard, reason: str) -> None:
+        """The shard failed as a whole: an error row for each of its keys, and a failure."""
+        rows = unfinished_rows(self.spec, self.run_id, shard, cells_for(self.spec, shard.repeats), "error", reason)
+        self.store.write_rows(self.run_id, shard.shard_id, rows)
+        self._fail(shard, reason)
+
+    def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
+        """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
+        item, bundle, _ = self.pending.pop(ref)
+        ray.cancel(ref, force=True)
+        shard = _shard_of(item)
+        self._fail(shard, reason)
+        while self.queues[bundle]:
+            self._fail(_shard_of(self.queues[bundle].popleft()), f"not run: {rest} on {shard.shard_id}")
+
+    def _expire(self) -> None:
+        """Cancel tasks past their time: --task-timeout for shards, the cell timeout (and grace) for
+        isolated cells (whose rows then say they hung)."""
+        now, limit = time.monotonic(), self.options.task_timeout
+        cell_limit = self.spec.isolation.cell_timeout_s + ISOLATION_GRACE_S
+        for ref, (item, bundle, started) in list(self.pending.items()):
+            if isinstance(item, Isolated) and now - started > cell_limit:
+                self.pending.pop(ref)
+                ray.cancel(ref, force=True)
+                self._settled(item, lost_rows(self.spec, self.run_id, item, f"hung: no result after {cell_limit:g} s "
+                                              "(cell timeout and worker start), its worker was ended"))
+                self._launch(bundle)
+            elif limit and not isinstance(item, Isolated) and now - started > limit:
+                self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
+
+    def _give_up_lost_bundles(self, pg) -> None:
+        """A node died and Ray found no GPU to re-place its bundle: fail its shards instead of waiting forever."""
+        placed = placement_group_table(pg).get("bundles_to_node_id", {})
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        now = time.monotonic()
+        for bundle in self.queues:
+            if placed.get(bundle) in alive:
+                self.lost_since.pop(bundle, None)
+            elif now - self.lost_since.setdefault(bundle, now) > NODE_LOSS_GRACE_S:
+                for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
+                    self._drop(ref, "its node died and no GPU was left to retry on", "its node died")
+
+    def _wait_placed(self, pg) -> bool:
+        """Wait up to PG_TIMEOUT_S for the placement group, beating the heartbeat meanwhile."""
+        ready, deadline = pg.ready(), time.monotonic() + PG_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            if ray.wait([ready], timeout=min(heartbeat.PERIOD_S, left))[0]:
+                return True
+            self._heartbeat()
+        return False
+
+    def _heartbeat(self) -> None:
+        """Refresh the manifest's driver heartbeat once a period (create_run or reopen_run wrote the first)."""
+        now = time.monotonic()
+        if now - vars(self).setdefault("_beat_at", now) >= heartbeat.PERIOD_S:
+            self._beat_at = now
+            try:
+                self.store.beat(self.run_id)
+            except DetrunError as exc:  # a missed beat only makes the run look stale sooner
+                print(f"detrun: heartbeat not written: {exc}", file=sys.stderr)
+
+def _shard_of(item: Union[Shard, Isolated]) -> Shard:
+    return item.shard if isinstance(item, Isolated) else item

@@ -1,0 +1,287 @@
+"""What one task does on its GPU: build the backend once, run its cells, digest on the device.
+
+Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
+"""
+
+from __future__ import annotations
+
+import collections
+import faulthandler
+import functools
+import json
+import os
+import time
+import traceback
+from typing import Callable, Deque, Dict, List, Optional
+
+import torch
+
+from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
+from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
+from ..envflags import env_bool
+from ..kernels.envinfo import environment, seen_flags
+from ..kernels.inputs import Draws, build_batch
+from .jitcache import CONTEXT_KEY as JIT_CACHE, JitCache
+from ..spec.matrix import Cell, Shard, cells_for, row_key
+from .resources import task_peaks
+from ..spec.sglang import effective_knobs
+from ..spec.model import JobSpec, spec_from_dict
+from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def digest_depth() -> int:
+    """How many launched cells a task keeps in flight before writing the oldest one's rows (waiting for its
+    kernel and digests): DETRUN_DIGEST_DEPTH, default 2 (a slow host step of one cell then does not leave
+    the device idle; docs/performance.md)."""
+    raw = os.environ.get("DETRUN_DIGEST_DEPTH", "2")
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"DETRUN_DIGEST_DEPTH={raw!r}: expected a whole number >= 1")
+    return int(raw)
+
+
+def cuda_present(device: torch.device) -> bool:
+    """Does the task have a CUDA device (where `auto` must mean flashinfer)?"""
+    return device.type == "cuda"
+
+
+def import_flashinfer(stages: Optional[Stages] = None) -> None:
+    """Import flashinfer (a broken install is found by find_spec and still fails here)."""
+    with (stages if stages is not None else Stages())("import flashinfer"):
+        import flashinfer  # noqa: F401
+
+
+def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
+    """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
+    flashinfer, which must import (load): never a silent fallback. Raises BackendUnavailable."""
+    asked = spec.backend
+    if asked == "reference":
+        return "reference", ""
+    if not has_cuda:
+        if asked == "auto":
+            return "reference", "backend auto -> reference (no CUDA device in the task)"
+        raise BackendUnavailable(f"backend {asked}: the task has no CUDA device")
+    try:
+        load()
+    except Exception as exc:
+        raise BackendUnavailable(
+            f"backend {asked}: the task has a CUDA device but flashinfer failed to import: {_first_line(exc)}") from exc
+    return "flashinfer", "backend auto -> flashinfer" if asked == "auto" else ""
+
+
+def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None) -> AttentionBackend:
+    if name == "reference":
+        from ..kernels.backends.reference import ReferenceBackend
+
+        return ReferenceBackend(spec, device, stages)
+    from ..kernels.backends.flashinfer import FlashInferBackend  # imported only here, inside a task
+
+    return FlashInferBackend(spec, device, stages)
+
+
+class ShardRunner:
+    """Runs one shard's cells and collects rows and first-seen tensor bytes."""
+
+    def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
+        self.spec, self.shard, self.run_id = spec, shard, run_id
+        self.stages = Stages()
+        context = dict(context or {})
+        self.jit = JitCache(context.pop(JIT_CACHE, None), self.stages)  # FlashInfer's compiled modules
+        self.device = pick_device()
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)  # CPU BLAS results can depend on the thread count
+        else:
+            with self.stages("cuda context"):
+                torch.empty(1, device=self.device)
+            prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
+        self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
+        self.backend: Optional[AttentionBackend] = None
+        with self.stages("backend init"):
+            try:
+                self.backend_name, self.note = resolve_backend(
+                    spec, cuda_present(self.device), functools.partial(import_flashinfer, self.stages))
+            except BackendUnavailable as exc:  # only flashinfer can be unavailable: its rows say so
+                self.backend_name, self.note = "flashinfer", str(exc)
+                self.poisoned = str(exc)
+            else:
+                if self.backend_name == "flashinfer":
+                    self.jit.restore()  # before the first plan: FlashInfer then loads what others compiled
+                self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
+        flags = seen_flags(spec.env)
+        with self.stages("environment"):
+            env = environment(self.device, flags)
+        self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
+                           backend=self.backend_name,
+                           use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
+                           knobs=json.dumps(effective_knobs(spec), sort_keys=True),
+                           pid=os.getpid(), **context, **env)
+        self.rows: List[dict] = []
+        self.blobs: Dict[str, bytes] = {}
+        self.ran: set = set()  # (case, phase, mode) of the cells this task has run
+        self.force = False  # an isolated worker: known-bug cells run anyway
+        self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
+        self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
+        # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
+        self.pending: Deque[tuple] = collections.deque()
+        self.depth = digest_depth()
+        self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
+
+    def _launch(self, cell: Cell, batch, output: Output) -> None:
+        """Queue the cell's digests behind its kernel, without waiting for either: the next cell is planned
+        and launched while this kernel runs (the backend fences its own host buffers), and this cell's rows
+        are written (_flush) after that launch, so the device always has the next kernel queued. Prefill
+        digests each request's rows and, in the same launch, its last row alone; decode has one row per
+        request."""
+        decode = cell.phase == "decode"
+        bounds = list(range(len(batch.requests) + 1)) if decode else batch.qo_indptr.tolist()
+        with self.stages("digest"):
+            digests = PendingDigests([output.out, output.lse], bounds, [] if decode else [b - 1 for b in bounds[1:]])
+        self.pending.append((cell, bounds, output, digests))
+
+    def _flush(self, keep: int = 0) -> None:
+        """Write the rows of the launched cells, oldest first, leaving the newest `keep` in flight (a device
+        error surfacing here is that cell's error)."""
+        while len(self.pending) > keep:
+            self._write(*self.pending.popleft())
+
+    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests) -> None:
+        try:
+            with self.stages(DEVICE_WAIT):  # the kernel and its digests (a failure of the kernel surfaces here)
+                pending.wait()
+            with self.stages("digest"):
+                names = pending.names()
+            self._rows(cell, "ok", output=output, digests=self._fields(bounds, output, names))
+        except Exception as exc:
+            self._failed(cell, exc)
+
+    def _fields(self, bounds: List[int], output: Output, names: List[List[str]]) -> List[dict]:
+        """Per request (rows bounds[i]:bounds[i+1]), its digest columns (and first-seen tensor bytes, when
+        stored); names holds, after the requests' digests, their last rows' (none: each request is one row)."""
+        fields, n = [], len(bounds) - 1
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            f = {}
+            for name, t, digests in (("out", output.out, names[0]), ("lse", output.lse, names[1])):
+                digest, last = digests[i], digests[n + i] if len(digests) > n else digests[i]
+                if self.spec.store_tensors and digest not in self.blobs:
+                    with self.stages("tensor copy"):
+                        self.blobs[digest] = tensor_bytes(t[a:b])
+                f.update({f"{name}_digest": digest, f"{name}_dtype": dtype_name(t),
+                          f"{name}_shape": [b - a, *t.shape[1:]], f"last_{name}_digest": last})
+            fields.append(f)
+        return fields
+
+    def _rows(self, cell: Cell, status: str, reason: str = "", output: Optional[Output] = None,
+              digests: Optional[List[dict]] = None):
+        if output is not None:
+            ran = dict(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
+                       kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
+        for i, request in enumerate(self.spec.members(cell.case)):
+            key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
+            row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
+                       repeat=cell.repeat, status=status, reason=reason)
+            if output is not None:
+                row.update(digests[i], **ran)
+            self.rows.append(row)
+
+    def _failed(self, cell: Cell, exc: Exception) -> None:
+        """A kernel failure is a result of its cell, not of the run."""
+        reason = _first_line(exc)
+        self._rows(cell, "error", reason)
+        if self.device.type == "cuda" and "CUDA" in str(exc):
+            self.lost = self.lost or f"the task's CUDA context was lost at {cell.label}: {reason}"
+        traceback.print_exc()
+
+    def _defer(self, cell: Cell, kind: str, reason: str) -> None:
+        self.deferred.append(dict(case=cell.case, mode=cell.mode, repeat=cell.repeat, phase=cell.phase, kind=kind,
+                                  reason=reason))
+
+    def _cell(self, cell: Cell, batches: dict) -> None:
+        if self.poisoned or self.lost:
+            self._flush()  # rows stay in cell order
+        if self.poisoned:
+            self._rows(cell, "error", f"not run: {self.poisoned}")
+            return
+        if self.lost:  # a fresh process (an isolated worker) runs it, unless this is one
+            if self.force or not self.spec.isolation.split_crashed:
+                self._rows(cell, "error", f"not run: {self.lost}")
+            else:
+                self._defer(cell, "lost_context", self.lost)
+            return
+        try:
+            if cell.case not in batches:
+                with self.stages("inputs"):
+                    batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
+            batch = batches[cell.case]
+            if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
+                with self.stages("digest: wait for prewarm"):
+                    ready()
+            start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
+            forward = self.backend.forward_decode if cell.phase == "decode" else self.backend.forward
+            with self.stages("forward"):
+                output = forward(batch, cell.mode, cell.repeat)
+        except Exception as exc:
+            self._flush()  # the cell before keeps its place in the rows
+            if isinstance(exc, Unsupported):
+                self._rows(cell, "skipped", str(exc))
+            elif isinstance(exc, KnownBug) and self.spec.isolation.known_bugs == "run":
+                self._defer(cell, "known_bug", str(exc))
+            elif isinstance(exc, KnownBug):
+                self._rows(cell, "known_bug", f"not run: {exc}")
+            else:
+                self._failed(cell, exc)
+            return
+        self._flush(self.depth - 1)  # the cells before (their digests ran during this plan), while this kernel runs
+        try:
+            self._launch(cell, batch, output)
+        except Exception as exc:
+            self._failed(cell, exc)
+            return
+        if (cell.case, cell.phase, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
+            self.stages.add(STEADY_CELL, time.perf_counter() - start)
+            for part, seconds in before.items():
+                self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+        self.ran.add((cell.case, cell.phase, cell.mode))
+
+    def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
+        """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
+        isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
+        batches: dict = {}
+        arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
+        for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
+            if arm:
+                faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
+            self._cell(cell, batches)
+        self._flush()
+        if arm:
+            faulthandler.cancel_dump_traceback_later()
+        return {"rows": self.rows, "blobs": self.blobs, "note": self.note, "deferred": self.deferred,
+                "timings": {"stages": self.stages.as_dict()}}
+
+
+def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
+              timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
+              watchdog: bool = False) -> dict:
+    """Run one shard (or some of its cells; force: known-bug cells too, as an isolated worker does);
+    the result's timings say where the task's seconds went (see stages.py)."""
+    start = time.perf_counter()
+    debug = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
+    if debug:
+        faulthandler.dump_traceback_later(float(debug), repeat=True)
+    runner = ShardRunner(spec_from_dict(spec_data), shard, run_id, context)
+    runner.force = force
+    if runner.backend is not None:
+        runner.backend.force_known_bugs = force or runner.spec.isolation.known_bugs == "inline"
+    result = runner.run(cells, watchdog)
+    runner.jit.save()  # the modules it compiled, for the next machine
+    result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
+                             memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
+                             run_s=time.perf_counter() - start, returned_unix=time.time())
+    return result

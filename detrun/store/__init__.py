@@ -1,0 +1,3 @@
+"""Where results live: the runs root and its files (runs.py), the driver's heartbeat (heartbeat.py).
+
+May import: the base modules only. No torch, no ray."""

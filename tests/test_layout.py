@@ -1,0 +1,159 @@
+"""The import direction between detrun's parts (see detrun/__init__.py), checked two ways.
+
+Static: every module under detrun/ is parsed with ast, and each `detrun.*` import it makes (absolute or
+relative, at module level or inside a function) must be one its part may make (ALLOWED below).
+Dynamic: importing the driver-side parts pulls in neither torch nor ray, and the kernels never pull in ray.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "detrun"
+
+# The modules beside cli.py that every part shares; they import no part. A new flat module must be added
+# here (or moved into a part): test_every_module_has_a_part fails until it is.
+BASE = {"detrun", "detrun.errors", "detrun.exitpolicy", "detrun.stages", "detrun.signals", "detrun.envflags",
+        "detrun.paths", "detrun.fingerprint"}
+PARTS = ("spec", "kernels", "run", "store", "judge", "present")
+
+# part -> what its modules may import: a part (every module of it), "base", or one module by dotted name
+# (under detrun.). A part may always import its own modules.
+ALLOWED: Dict[str, Tuple[str, ...]] = {
+    "base":    (),
+    "spec":    ("base",),
+    "store":   ("base",),
+    "kernels": ("base", "spec"),
+    "judge":   ("base", "spec", "store", "kernels.paths", "kernels.backends.plan_layouts"),  # the torch-free two
+    "present": ("base", "spec", "store", "judge"),
+    "run":     ("base", "spec", "kernels", "store", "judge"),
+    "cli":     ("base", "spec", "store", "judge", "present", "run"),
+}
+
+NO_TORCH_NO_RAY = ("spec", "store", "judge", "present")  # and cli, the base modules, and ALLOWED's torch-free modules
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> Dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def part_of(module: str) -> str:
+    if module in BASE:
+        return "base"
+    if module == "detrun.cli":
+        return "cli"
+    top = module.split(".")[1] if module.count(".") >= 1 else ""
+    if top in PARTS:
+        return top
+    raise AssertionError(f"{module} belongs to no part: add it to BASE in tests/test_layout.py or move it "
+                         f"into one of {PARTS}")
+
+
+def detrun_imports(module: str, path: Path, known: Dict[str, Path]) -> Iterator[Tuple[int, str]]:
+    """(line, imported detrun module) for each detrun import in the file, anywhere in it."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "detrun" or alias.name.startswith("detrun."):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not (target == "detrun" or target.startswith("detrun.")):
+                continue
+            for alias in node.names:  # `from .run import runner` imports the module detrun.run.runner
+                sub = f"{target}.{alias.name}"
+                yield node.lineno, sub if sub in known else target
+
+
+def allowed(part: str, target: str) -> bool:
+    target_part = part_of(target)
+    if target_part == part:
+        return True
+    for entry in ALLOWED[part]:
+        if entry == "base" and target_part == "base":
+            return True
+        if entry in PARTS and target_part == entry:
+            return True
+        dotted = f"detrun.{entry}"
+        if target == dotted or target.startswith(dotted + "."):
+            return True
+    return False
+
+
+def test_every_module_has_a_part():
+    for module in all_modules():
+        part_of(module)
+
+
+def test_imports_follow_the_allowed_edges():
+    known = all_modules()
+    bad: List[str] = []
+    for module, path in known.items():
+        part = part_of(module)
+        for line, target in detrun_imports(module, path, known):
+            if not allowed(part, target):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {module} ({part}) imports {target} "
+                           f"({part_of(target)}); {part} may import only {', '.join(ALLOWED[part]) or 'base modules'}")
+    assert not bad, "imports against the layout:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_relative_and_function_level_imports(tmp_path):
+    """The static check itself: a relative import inside a function is resolved to its module."""
+    fake = {"detrun.judge.x": PACKAGE / "judge" / "x.py", "detrun.run.runner": PACKAGE / "run" / "runner.py"}
+    path = tmp_path / "x.py"
+    path.write_text("def f():\n    from ..run import runner\n    from ..store.runs import RunStore\n")
+    found = list(detrun_imports("detrun.judge.x", path, fake))
+    assert found == [(2, "detrun.run.runner"), (3, "detrun.store.runs")]
+    assert not allowed("judge", "detrun.run.runner") and allowed("judge", "detrun.store.runs")
+    assert not allowed("judge", "detrun.kernels.backends.flashinfer")
+    assert allowed("judge", "detrun.kernels.backends.plan_layouts")
+
+
+def _imported(modules: List[str]) -> List[str]:
+    """Import modules in a fresh interpreter; which of torch, ray and flashinfer got imported."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for m in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ModuleNotFoundError as exc:\n"
+        "        if exc.name not in ('triton', 'flashinfer'):\n"  # optional GPU extras, absent in CI
+        "            raise\n"
+        "print(json.dumps(sorted(k for k in ('torch', 'ray', 'flashinfer') if k in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_driver_side_parts_import_neither_torch_nor_ray():
+    torch_free = [m for m in all_modules() if part_of(m) in NO_TORCH_NO_RAY + ("cli", "base")]
+    torch_free += [f"detrun.{e}" for e in ALLOWED["judge"] if "." in e]  # kernels.paths, plan_layouts
+    if _imported(torch_free):  # then one at a time, so the message names the modules
+        culprits = {m: _imported([m]) for m in torch_free}
+        raise AssertionError("importing these pulls in torch/ray/flashinfer: "
+                             + ", ".join(f"{m} ({', '.join(got)})" for m, got in culprits.items() if got))
+
+
+def test_kernels_never_import_ray():
+    kernels = [m for m in all_modules() if part_of(m) == "kernels"]
+    assert "ray" not in _imported(kernels), f"one of {kernels} pulls in ray"
