@@ -52,7 +52,7 @@ def cases(tmp: Path):
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="detrun-bad-"))
     try:
         print("| input | command | exit | stderr lines | first stderr line |\n|---|---|---|---|---|")

@@ -51,7 +51,7 @@ def submit(job: str, root: str, run_id: str) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--nights", type=int, default=10)
     ap.add_argument("--runs-root", help="an empty folder (default: a new temporary one)")

@@ -3,7 +3,7 @@ under cProfile (host functions) and under torch.profiler (device kernels and how
 
     python bench/cell_profile.py bench/jobs/long.yaml [--set k=v ...] [--repeats 8] [--code DIR]
 
-The first repeat of every case and mode is the warm-up (inputs, capture, kernel profile) and is not
+The first repeat of every case, phase and mode is the warm-up (inputs, capture, kernel profile) and is not
 counted; the later repeats are steady state, as `detrun timings` counts them.
 """
 
@@ -43,7 +43,7 @@ def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--repeats", type=int, default=8, help="steady repeats per phase")

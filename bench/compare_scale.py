@@ -2,7 +2,7 @@
 
     python bench/gen_rows.py /tmp/runs-10m                   # once: 10M rows
     python bench/compare_scale.py /tmp/runs-10m [--cli]
-    git archive 418041a detrun | tar -x -C /tmp/detrun_old   # the code before, to compare with
+    git archive BEFORE detrun | tar -x -C /tmp/detrun_old    # BEFORE: the commit before the change measured
     python bench/compare_scale.py /tmp/runs-1m --code /tmp/detrun_old
 
 Each measurement runs in a fresh child process, which reports its own peak RSS (getrusage at exit)
@@ -61,7 +61,7 @@ def measure(name: str, code: str, where: str = ROOT) -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root")
     ap.add_argument("--cli", action="store_true", help="also time the command line")
     ap.add_argument("--code", default=ROOT, help="the detrun checkout to time (default: this one)")

@@ -1,10 +1,12 @@
 """Digest cost: fused Triton kernel vs torch integer ops vs copy-to-host + blake2b, against a device copy.
 
     python bench/digest_bench.py            # on a GPU (CPU: the torch path and host hash only)
+
 Prints GB/s and ratios measured in this one run, checks that both device paths give the same bits,
 times one cell's digests at detrun's shapes, and what a fresh worker pays to import and load the kernel.
 """
 
+import argparse
 import hashlib
 import os
 import statistics
@@ -34,6 +36,7 @@ def median_ms(fn, device, reps=5):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     impls = ["torch", "triton"] if device.type == "cuda" else ["torch"]
     print(f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}")

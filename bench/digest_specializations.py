@@ -1,10 +1,12 @@
 """How many times the digest kernel compiles in a fresh process, and what each first call costs.
 
     TRITON_CACHE_DIR=$(mktemp -d) python bench/digest_specializations.py     # on a GPU
+
 A worker digests outputs (bf16) and LSEs (fp32) of batches of many sizes: that must be two kernels,
 loaded once by digest.prewarm, not one per batch shape.
 """
 
+import argparse
 import os
 import time
 
@@ -15,6 +17,7 @@ from detrun.kernels.digest_triton import _lanes_kernel
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     dev = torch.device("cuda")
     t0 = time.perf_counter()
     digest.prewarm(dev)

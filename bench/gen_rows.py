@@ -125,7 +125,7 @@ def generate(root: str, rows: int, runs: int = 1) -> list:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("root")
     ap.add_argument("--rows", type=int, default=10_000_000, help="rows per run (rounded to the spec)")
     ap.add_argument("--runs", type=int, default=1)

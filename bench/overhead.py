@@ -1,6 +1,7 @@
 """Runner overhead: wall time of a whole submit vs the kernel time (CUDA events) its tasks recorded.
 
     python bench/overhead.py jobs/paged.yaml [--address auto] [--set flashinfer.profile_kernels=false]
+
 Prints the stage breakdown (`detrun timings RUN` prints the same for any stored run).
 """
 
@@ -17,7 +18,7 @@ from detrun.store.runs import RunStore
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--address")
     ap.add_argument("--set", action="append", default=[], dest="overrides")

@@ -35,7 +35,7 @@ from tests.helpers import small  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--slots", default="1,2,4")

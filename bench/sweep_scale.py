@@ -70,7 +70,7 @@ def _iso_s(manifest: dict) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--job", default=JOB)
     ap.add_argument("--run", help="a stored run to report on (nothing is submitted)")
     ap.add_argument("--address")

@@ -58,7 +58,7 @@ def _ninja_commands(ninja: Path, cuda_home: str):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("site")
     ap.add_argument("--version", required=True)
     ap.add_argument("--nvcc", default="")

@@ -6,7 +6,14 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/$(basename "$0" .sh).log") 2>&1
 t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
-only() { [[ -z ${DETRUN_GPU_ONLY:-} || " $DETRUN_GPU_ONLY " == *" $1 "* ]]; }  # DETRUN_GPU_ONLY="id id ...": run those
+# A script's steps are named; DETRUN_GPU_ONLY="id id ..." runs only those (only: every step when it is unset),
+# named: a step that runs only when DETRUN_GPU_ONLY names it (a probe, not part of the full check).
+only() { [[ -z ${DETRUN_GPU_ONLY:-} || " $DETRUN_GPU_ONLY " == *" $1 "* ]]; }
+named() { [[ " ${DETRUN_GPU_ONLY:-} " == *" $1 "* ]]; }
+# The time budget: DETRUN_GPU_BUDGET_S seconds from the start (500 unless the script sets another default);
+# a step started past it is skipped. budget_left: the seconds left; over_budget ID: past it (says ID is skipped).
+budget_left() { echo $(( ${DETRUN_GPU_BUDGET_S:-500} - $(elapsed) )); }
+over_budget() { (( $(budget_left) < 0 )) && echo "== $1 SKIPPED (time budget)"; }
 # DETRUN_WHL: the carried folder (scripts/pack-device-wheels.sh [VERSION]): .whl (the pinned flashinfer) or
 # .whl-next; each installs into its own SITE, wheels first, then its tarballs (Ray, a stripped flashinfer).
 DETRUN_WHL=${DETRUN_WHL:-.whl}
@@ -35,7 +42,8 @@ if [[ ! -f $SITE/.compiled ]]; then
   [[ -n ${DETRUN_IMPORT_TIMES:-} ]] && echo "== imports after: $(import_times)"
 fi
 
-# The device scripts' steps: a Ray head for the submits, submit RUN_ID JOB [--set ...], compare RUN... [OPTIONS].
+# The device scripts' steps: a Ray head for the submits (start_ray, stop_ray), submit RUN_ID JOB [--set ...],
+# compare RUN... [OPTIONS].
 ADDR=()
 start_ray() {
   if python3 -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
@@ -43,10 +51,11 @@ start_ray() {
   fi
   echo "== ray head: ${ADDR[*]:-none (each submit starts a local Ray)} at $(elapsed) s"
 }
+stop_ray() { python3 -m ray.scripts.scripts stop "$@" >/dev/null 2>&1; }
 submit() {  # skipped unless DETRUN_GPU_ONLY names it, or past DETRUN_GPU_BUDGET_S
   local id=$1; shift
   only "$id" || return 0
-  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-500} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  over_budget "$id" && return
   local s=$(date +%s)
   python3 -m detrun.cli submit "$@" --runs-root runs --run-id "$id" "${ADDR[@]}"
   echo "== submit $id exit $? in $(( $(date +%s) - s )) s"

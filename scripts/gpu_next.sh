@@ -30,6 +30,6 @@ if [[ -d runs/paged && -d runs/paged-072 ]]; then
   [[ -d runs/baselines/paged ]] || python3 -m detrun.cli baseline set paged --runs-root runs
   compare paged-072 --baseline   # no baseline of 0.7.2.post1's fingerprint: the 0.6.7.post3 one, provisional
 fi
-python3 -m ray.scripts.scripts stop >/dev/null 2>&1
+stop_ray
 tar czf "$OUT/runs-rows-072.tgz" runs/*-072/manifest.json runs/*-072/rows runs/*-072/timings 2>/dev/null
 echo "== total $(elapsed) s"

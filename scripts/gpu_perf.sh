@@ -3,10 +3,12 @@
 # then the runner overhead of the code before (.prev/, carried) and after, interleaved, each submit with a
 # local Ray of its own; `detrun compare` across the two codes (the same bits are expected: same inputs,
 # replay == capture); last, 1/2/4 declared GPU slots sharing the one GPU (bench/scaling.py).
-#   (here)   rm -rf .prev && mkdir .prev && git archive 087a61b detrun | tar -x -C .prev   # the code before; carry .prev
-#   (device) bash scripts/gpu_perf.sh            (DETRUN_GPU_ONLY="id ...": only those steps)
+#   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
+#            the change measured (the code before); carry .prev
+#   (device) bash scripts/gpu_perf.sh            (DETRUN_GPU_ONLY="id ...": only those steps; DETRUN_GPU_BUDGET_S: 420)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-420}
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
 DETRUN_JIT_BACKENDS=fa2 python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
@@ -27,16 +29,16 @@ cellprof cellprof-old .prev bench/jobs/long.yaml
 perf() {  # perf RUN_ID new|old JOB [--set ...]: submit with that code, then its stage table
   local id=$1 code=$2; shift 2
   only "$id" || return 0
-  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-420} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  over_budget "$id" && return
   [[ $code == old && ! -d .prev/detrun ]] && { echo "== $id SKIPPED (no .prev)"; return; }
   # `python3 -m` puts the working directory first on sys.path: the old code runs from inside .prev/.
   local root=$PWD dir=$PWD; [[ $code == old ]] && dir=$PWD/.prev
   local s=$(date +%s.%N)
-  (cd "$dir" && PYTHONPATH=$dir:/tmp/site timeout 180 python3 -m detrun.cli submit "$@" --runs-root "$root/runs-perf" \
+  (cd "$dir" && PYTHONPATH=$dir:$SITE timeout 180 python3 -m detrun.cli submit "$@" --runs-root "$root/runs-perf" \
      --run-id "$id" 2>&1 | grep -E "^verdict|skipped|error")
   echo "== $id ($code code${DETRUN_DIGEST:+, DETRUN_DIGEST=$DETRUN_DIGEST}): submit wall $(python3 -c "print(round($(date +%s.%N) - $s, 2))") s"
-  (cd "$dir" && PYTHONPATH=$dir:/tmp/site python3 -c "import importlib.util as u; print('== code:', u.find_spec('detrun').origin)")
-  (cd "$dir" && PYTHONPATH=$dir:/tmp/site python3 -m detrun.cli timings "$id" --runs-root "$root/runs-perf")
+  (cd "$dir" && PYTHONPATH=$dir:$SITE python3 -c "import importlib.util as u; print('== code:', u.find_spec('detrun').origin)")
+  (cd "$dir" && PYTHONPATH=$dir:$SITE python3 -m detrun.cli timings "$id" --runs-root "$root/runs-perf")
 }
 perf long-new new $PWD/bench/jobs/long.yaml
 perf long-old old $PWD/bench/jobs/long.yaml
@@ -48,7 +50,7 @@ perf long2x-new new $PWD/bench/jobs/long.yaml --set requests.chunk.qo_len=8192 -
 scaling() {  # scaling ID SLOTS JOB: declared GPU slots, all on GPU 0 (Ray leaves CUDA_VISIBLE_DEVICES alone)
   local id=$1 slots=$2 job=$3
   only "$id" || return 0
-  if (( $(elapsed) > ${DETRUN_GPU_BUDGET_S:-420} )); then echo "== $id SKIPPED (time budget)"; return; fi
+  over_budget "$id" && return
   RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1 timeout 200 python3 bench/scaling.py --job "$job" --cpus 16 --slots "$slots" 2>&1 |
     grep -vE "^(Token authentication|[0-9-]+ [0-9:,]+\s+INFO)"
   echo "== $id exit ${PIPESTATUS[0]} at $(elapsed) s"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The JIT cache and the 10,000-cell sweep on a fresh GPU machine, in one device call (~8 min), printed as
 # Markdown rows for docs/performance.md ("JIT cache", "10,000-cell sweep").
-#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep ...": only those;
-#                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases
+#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep sweep-depth1": only those;
+#                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases;
+#                                          DETRUN_GPU_BUDGET_S (560): the sweeps get what is left of it
 # jit-<backend>: jobs/paged.yaml with FlashInfer's JIT dir and the cache empty (cold: it compiles and stores
 # its modules under the runs root), then with the JIT dir wiped again (the modules come from the cache).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-560}
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
 start_ray
@@ -32,7 +34,7 @@ SWEEPS=()
 sweep() {  # sweep STEP [--set ...]: bench/sweep_scale.py in the runs root of jit-fa2 (its FA2 module cached)
   local step=$1; shift
   only "$step" || return 0
-  local left=$(( ${DETRUN_GPU_BUDGET_S:-560} - $(elapsed) ))
+  local left=$(budget_left)
   if (( left < 90 )); then echo "== $step SKIPPED (time budget: ${left} s left)"; return; fi
   timeout "$left" python3 bench/sweep_scale.py --scale "${DETRUN_SWEEP_SCALE:-1}" --runs-root "$PWD/runs-jit-fa2" \
     "${ADDR[@]}" "$@" 2>&1 | tee "$OUT/$step.log"
@@ -50,6 +52,6 @@ echo "== JIT cache, jobs/paged.yaml (time to verdict: the whole \`detrun submit\
 echo "| backend | JIT dir empty, modules from | time to verdict s | exit | jit cache (detrun timings) |"
 echo "|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}" | sed 's/| cold |/| compiled |/; s/| cache |/| runs root cache |/'
-python3 -m ray.scripts.scripts stop >/dev/null 2>&1
+stop_ray
 tar czf "$OUT/runs-scale.tgz" runs-jit-*/*/manifest.json runs-jit-*/*/timings 2>/dev/null
 echo "== total $(elapsed) s"

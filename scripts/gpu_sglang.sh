@@ -25,6 +25,6 @@ submit ragged jobs/ragged.yaml
 submit paged-fa3 jobs/paged.yaml --set name=paged-fa3 --set flashinfer.backend=fa3
 submit ragged-fa3 jobs/ragged.yaml --set name=ragged-fa3 --set flashinfer.backend=fa3 --set flashinfer.ragged_backend=fa3
 [[ -d runs/paged ]] && python3 -m detrun.cli baseline set paged --runs-root runs
-python3 -m ray.scripts.scripts stop >/dev/null 2>&1
+stop_ray
 tar czf "$OUT/runs-sglang.tgz" runs/*/manifest.json runs/*/rows runs/*/timings 2>/dev/null
 echo "== total $(elapsed) s"

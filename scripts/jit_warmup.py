@@ -1,7 +1,13 @@
-"""Compile FlashInfer's prefill modules once (timed) so Ray tasks find a warm JIT cache on disk."""
+"""Compile FlashInfer's prefill modules once (timed) so Ray tasks find a warm JIT cache on disk.
 
+    python3 scripts/jit_warmup.py [JOB]     # on the GPU machine (scripts/device_setup.sh's prepare_gpu runs it)
+
+JOB (default jobs/paged.yaml) gives the shapes; DETRUN_JIT_BACKENDS (default "fa2 fa3") the FlashInfer
+backends whose prefill module is built, one after the other.
+"""
+
+import argparse
 import os
-import sys
 import time
 
 import torch
@@ -24,4 +30,6 @@ def main(job: str = "jobs/paged.yaml") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("job", nargs="?", default="jobs/paged.yaml", help="the job spec whose shapes are compiled")
+    main(ap.parse_args().job)

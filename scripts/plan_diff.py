@@ -18,7 +18,7 @@ COLUMNS = ("run_id", *CELL, "status", "backend", "attn", "path", "plan", "out_di
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--runs-root", default="runs")

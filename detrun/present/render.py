@@ -1,4 +1,5 @@
-"""Terminal output of a Comparison (rich)."""
+"""Terminal output (rich) of `detrun compare` (a Comparison: verdict, claims, findings, the request x axis
+table), `detrun history` (a History) and `detrun timings` (the stage table and the steady-state line)."""
 
 from __future__ import annotations
 

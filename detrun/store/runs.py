@@ -1,13 +1,18 @@
 """The one Arrow schema, atomic Parquet writes, run manifests, and tensor blobs by digest.
 
 Layout under the runs root (a local path or any pyarrow.fs URI, e.g. s3://bucket/runs):
-  <run_id>/manifest.json              the spec it ran, GPU slots, status, the driver's heartbeat
-  <run_id>/rows/part-<shard>.parquet  one file per shard; a retried shard replaces its file. Its digest
-                                      columns are the run's references to blobs
+  <run_id>/manifest.json              the spec it ran, GPU slots, status, created and finished, the driver's
+                                      heartbeat, failures, resumptions, the driver's timings
+  <run_id>/rows/part-<shard>.parquet  one file per shard, written whole; a retried or resumed shard replaces
+                                      its file. Its digest columns are the run's references to blobs
+  <run_id>/timings/<shard>.json       where the shard's seconds went (stages.py); compare never reads it
   blobs/<digest[:2]>/<digest>.bin     raw bytes of a tensor, one copy per digest for every run
   <run_id>/blobs/<digest>.bin         the same, in runs written before blobs were shared (still read)
   baselines/<spec>/<fingerprint>.json the golden run of one environment fingerprint (judge/baseline.py)
   jit-cache/<flashinfer>/<cuda>/<arch>/<module>.tar  FlashInfer's compiled modules (run/jitcache.py)
+  .submissions/<run_id>.json          the Ray Jobs API submissions of a run (`submit --address http://...`)
+Verdicts and history (judge/compare.py, judge/history.py) are computed from the rows and manifests when
+asked; they are not stored.
 """
 
 from __future__ import annotations
