@@ -26,7 +26,7 @@ from .paths import check_output_path
 try:  # typer >= 0.17 vendors click
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException
+    from click.exceptions import ClickException  # type: ignore[assignment]
 
 DEBUG_ENV = "DETRUN_DEBUG"
 _verdict: Optional[int] = None
@@ -156,7 +156,7 @@ def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except _Crash as exc:
-        return _internal(exc.__cause__)
+        return _internal(exc.__cause__ or exc)
     except Exception as exc:
         return _internal(exc)
     return code if isinstance(code, int) else EXIT_OK

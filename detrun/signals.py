@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 HELD = (signal.SIGINT, signal.SIGTERM)
 
@@ -19,17 +19,16 @@ def held() -> Iterator[None]:
         yield
         return
     caught: List[Tuple[int, object]] = []
-    previous = {}
-    for signum in HELD:
-        handler = signal.getsignal(signum)
-        if handler is not None:  # None: installed outside Python, which cannot restore it
-            previous[signum] = signal.signal(signum, lambda s, frame: caught.append((s, frame)))
+    previous: Dict[int, Any] = {}
+    for held_signal in HELD:
+        if signal.getsignal(held_signal) is not None:  # None: installed outside Python, which cannot restore it
+            previous[held_signal] = signal.signal(held_signal, lambda s, frame: caught.append((s, frame)))
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        raised = None
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        raised: Optional[BaseException] = None
         for signum, frame in caught:  # each one handled; the first exception a handler raised goes on
             try:
                 _handle(previous[signum], signum, frame)

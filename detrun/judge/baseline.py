@@ -64,7 +64,9 @@ def list_baselines(store: RunStore, spec: Optional[str] = None) -> List[dict]:
     docs = []
     for name in specs:
         for fname in store.list_names(posixpath.join(_DIR, name), ".json"):
-            docs.append(store.read_json(posixpath.join(_DIR, name, fname), "baseline"))
+            doc = store.read_json(posixpath.join(_DIR, name, fname), "baseline")
+            if doc is not None:  # removed since it was listed
+                docs.append(doc)
     return docs
 
 

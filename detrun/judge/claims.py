@@ -8,7 +8,7 @@ Levels, strictest first: `bitwise` (any difference breaks the claim, the plan is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, cast
 
 from ..errors import DetrunError
 
@@ -47,7 +47,7 @@ class Claims:
 def spec_levels(spec: Mapping[str, object]) -> Dict[str, str]:
     """The levels a job spec (as a dict) states: its `expect`, and batch bitwise under `deterministic: true`."""
     levels = {"batch": "bitwise"} if spec.get("deterministic") else {}
-    levels.update(dict(spec.get("expect") or {}))
+    levels.update(dict(cast(Mapping[str, str], spec.get("expect") or {})))
     return levels
 
 

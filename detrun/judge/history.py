@@ -138,8 +138,9 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
     out = []
     for kk in np.flatnonzero(drift < np.iinfo(np.int64).max).tolist():
         row = cols.rows_in_memory(np.array([key_rows[kk]]))[int(key_rows[kk])]
-        out.append(Drift(jobs[row["run_id"]], *(row[c] for c in _KEY), int(drift[kk]), runs[int(drift[kk])],
-                         int(first[kk]), runs[int(first[kk])]))
+        case, request, mode, phase, fingerprint = (row[c] for c in _KEY)
+        out.append(Drift(jobs[row["run_id"]], case, request, mode, phase, fingerprint, int(drift[kk]),
+                         runs[int(drift[kk])], int(first[kk]), runs[int(first[kk])]))
     return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 

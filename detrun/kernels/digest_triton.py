@@ -65,7 +65,8 @@ def _lanes_kernel(words_ptr, seg_ptr, chunk_ptr, starts_ptr, counts_ptr, out_ptr
 
 
 @functools.lru_cache(maxsize=256)
-def _table(counts: Tuple[int, ...], starts: Optional[Tuple[int, ...]], device: str) -> Tuple[int, torch.Tensor, ...]:
+def _table(counts: Tuple[int, ...], starts: Optional[Tuple[int, ...]],
+           device: str) -> Tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(programs, then on the device: program -> segment, program -> chunk in it, segment starts, counts).
     Segments are consecutive from 0 unless their starts are given.
 
@@ -84,10 +85,10 @@ def triton_lanes(flat: torch.Tensor, counts: Sequence[int], lanes: torch.Tensor,
                  starts: Optional[Sequence[int]] = None) -> torch.Tensor:
     """Adds to lanes [segments, 2] int64 (zeroed) those of a flat word tensor cut into segments: consecutive
     from its start, or of these sizes at these word offsets (any order, overlapping)."""
-    n, seg, chunk, starts, sizes = _table(tuple(counts), None if starts is None else tuple(starts), str(flat.device))
+    n, seg, chunk, first, sizes = _table(tuple(counts), None if starts is None else tuple(starts), str(flat.device))
     if n == 0:
         return lanes
     partial = torch.empty(n, 2, dtype=torch.int64, device=flat.device)
-    _lanes_kernel[(n,)](flat, seg, chunk, starts, sizes, partial,
+    _lanes_kernel[(n,)](flat, seg, chunk, first, sizes, partial,
                         WORD_BITS=8 * flat.element_size(), BLOCK=BLOCK, UNROLL=UNROLL)
     return lanes.index_add_(0, seg, partial)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -43,7 +43,8 @@ class Draws:
     """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once)."""
 
     def __init__(self, spec: JobSpec, device) -> None:
-        self.spec, self.device, self.cache = spec, device, {}
+        self.spec, self.device = spec, device
+        self.cache: Dict[Any, torch.Tensor] = {}
 
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)

@@ -70,10 +70,10 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
             text = "\n".join([f.title, *f.items[:50], f.detail]).strip()
             suite.case(f"detrun.{f.kind}", f.title, kind, f.title, text)
     root = ET.Element("testsuites", name=name)
-    for k, v in suite.counts.items():
-        suite.el.set(k, str(v))
+    for k, count in suite.counts.items():
+        suite.el.set(k, str(count))
         if k != "skipped":
-            root.set(k, str(v))
+            root.set(k, str(count))
     root.append(suite.el)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 from ..judge.baseline import run_fingerprints
 from ..judge.compare import AXES, Comparison, collapse
@@ -70,7 +70,7 @@ def ulp_plot_svg(cmp: Comparison) -> str:
     return "".join(out)
 
 
-def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     cells = "".join(f"<tr>{''.join(f'<td>{c}</td>' for c in row)}</tr>" for row in rows)
     return f"<table><tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>{cells}</table>"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Dict, Iterator, List
+from typing import Iterator, List, Mapping
 
 from .isolation import deferred_cell
 from ..spec.matrix import shards
@@ -14,10 +14,11 @@ from ..store.runs import RunStore
 
 
 @contextlib.contextmanager
-def task_env(env: Dict[str, str]) -> Iterator[None]:
-    """os.environ with env set, as a Ray task's runtime_env has it; restored afterwards."""
+def task_env(env: Mapping[str, object]) -> Iterator[None]:
+    """os.environ with env set (a validated spec's values are strings), as a Ray task's runtime_env has it;
+    restored afterwards."""
     saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
+    os.environ.update({name: str(value) for name, value in env.items()})
     try:
         yield
     finally:

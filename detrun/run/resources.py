@@ -35,7 +35,7 @@ def peaks(shard_timings: Dict[str, dict]) -> Dict[str, Tuple[float, str]]:
     for key, _ in PEAKS:
         have = {name: t["memory"][key] for name, t in sorted(shard_timings.items()) if key in t.get("memory", {})}
         if have:
-            name = max(have, key=have.get)
+            name = max(have, key=lambda n: have[n])
             out[key] = (have[name], name)
     return out
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DetrunError
-from .model import JobSpec
+from .model import JobSpec, Mode, Phase
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def row_key(case: str, request: str, mode: str, repeat: int, slot: int, phase: s
     return _head(case, request, mode, phase) + _tail(repeat, slot)
 
 
-def key_parts(cells: List[Tuple[str, str, str, str]], blocks: List[Tuple[int, int]]) -> Tuple[pa.Array, pa.Array]:
+def key_parts(cells: Sequence[Tuple[str, str, str, str]], blocks: List[Tuple[int, int]]) -> Tuple[pa.Array, pa.Array]:
     """row_key in two Arrow arrays: the head of each (case, request, mode, phase) cell, the tail of each
     (slot, repeat) block."""
     heads = pa.array([_head(*cell) for cell in cells] or [""], pa.string())
@@ -113,7 +113,7 @@ def expected_keys(spec: JobSpec, gpus: int) -> List[str]:
     return [key for shard in shards(spec, gpus) for key in shard_keys(spec, shard)]
 
 
-def key_layout(spec: JobSpec, gpus: int) -> Tuple[List[Tuple[str, str, str, str]], List[Tuple[int, int]]]:
+def key_layout(spec: JobSpec, gpus: int) -> Tuple[List[Tuple[str, str, Mode, Phase]], List[Tuple[int, int]]]:
     """expected_keys is blocks x cells: (case, request, mode, phase) cells, inner (case, phase, mode, request
     order); (slot, repeat) blocks, outer."""
     cells = [(case, request, mode, phase) for case in spec.cases for phase in spec.phases for mode in spec.modes

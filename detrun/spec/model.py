@@ -16,6 +16,14 @@ from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
 Phase = Literal["prefill", "decode"]  # decode: one new token per request over its whole cache
+
+
+def _all_modes() -> List[Mode]:
+    return ["eager", "cudagraph"]
+
+
+def _prefill_only() -> List[Phase]:
+    return ["prefill"]
 Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run"]  # claims.AXIS_NAMES
 Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
@@ -125,8 +133,8 @@ class JobSpec(_Model):
     env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
     expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (judge/claims.py)
-    modes: List[Mode] = Field(default_factory=lambda: ["eager", "cudagraph"], min_length=1)
-    phases: List[Phase] = Field(default_factory=lambda: ["prefill"], min_length=1)
+    modes: List[Mode] = Field(default_factory=lambda: _all_modes(), min_length=1)
+    phases: List[Phase] = Field(default_factory=lambda: _prefill_only(), min_length=1)
     dtype: DType = "bf16"
     heads: Heads
     head_dim: int = Field(ge=8, le=512)
@@ -247,7 +255,7 @@ class JobSpec(_Model):
 
     @property
     def bool_flags(self) -> Dict[str, bool]:
-        return {k: parse_bool(k, v) for k, v in self.env.items() if k in BOOL_FLAGS}
+        return {k: parse_bool(k, str(v)) for k, v in self.env.items() if k in BOOL_FLAGS}
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple, cast
 
 FB = "python/sglang/srt/layers/attention/flashinfer_backend.py"
 SA = "python/sglang/srt/server_args.py"
@@ -170,9 +170,10 @@ def apply_profile(data: dict) -> dict:
             raise ValueError("sglang_overridden: only a spec with an sglang profile overrides one")
         return data
     version, det, profile = _profile_of(data["sglang"])
-    env = data.get("env") if isinstance(data.get("env"), dict) else {}
+    raw_env, raw_declared = data.get("env"), data.get("sglang_overridden")
+    env: Mapping[str, object] = raw_env if isinstance(raw_env, dict) else {}
     # A knob recorded as overridden but absent keeps detrun's default (a dump without defaults drops it)
-    declared = data.get("sglang_overridden") if isinstance(data.get("sglang_overridden"), list) else []
+    declared: List[object] = raw_declared if isinstance(raw_declared, list) else []
     out = dict(data)
     overridden = []
     for path, value in _values(profile, version, env).items():
@@ -206,7 +207,7 @@ def profile_label(sglang: object) -> Optional[str]:
     if sglang is None:
         return None
     get = sglang.get if isinstance(sglang, dict) else lambda k: getattr(sglang, k)
-    return profile_name(get("version"), bool(get("deterministic_inference")))
+    return profile_name(cast(str, get("version")), bool(get("deterministic_inference")))
 
 
 def effective_knobs(spec) -> dict:

@@ -168,7 +168,7 @@ class PrefixLengths(_Model):
 
 
 Generator = Annotated[Union[BatchSizes, RandomMixes, PrefixLengths], Field(discriminator="kind")]
-_GENERATOR = TypeAdapter(Generator)
+_GENERATOR: TypeAdapter[Union[BatchSizes, RandomMixes, PrefixLengths]] = TypeAdapter(Generator)
 
 
 def _where(i: int, loc: tuple) -> str:
@@ -177,7 +177,7 @@ def _where(i: int, loc: tuple) -> str:
     return f"sweep[{i}]" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
 
-def parse(i: int, raw: object) -> BaseModel:
+def parse(i: int, raw: object) -> Union[BatchSizes, RandomMixes, PrefixLengths]:
     """One generator, validated; ValueError naming sweep[i].field."""
     try:
         return _GENERATOR.validate_python(raw)
@@ -207,7 +207,8 @@ def expand(data: dict, page_size_default: int) -> dict:
     if not isinstance(sweep, list):
         raise ValueError("sweep: a list of generators (kind: batch_sizes, random_mixes or prefix_lengths)")
     page_size = _positive(data, "page_size", page_size_default, "page_size")
-    limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+    raw_limits = data.get("limits")
+    limits: dict = raw_limits if isinstance(raw_limits, dict) else {}
     max_rows = _positive(limits, "max_rows", DEFAULT_MAX_ROWS, "limits.max_rows")
     gens = [parse(i, raw) for i, raw in enumerate(sweep)]
     requests, cases = _mapping(data, "requests"), _mapping(data, "cases")

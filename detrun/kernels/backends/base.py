@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
@@ -144,7 +144,7 @@ class KernelTime:
         return self.ms
 
 
-def kernel_timed(fn: Callable[[], object], device: torch.device) -> Tuple[object, KernelTime]:
+def kernel_timed(fn: Callable[[], Any], device: torch.device) -> Tuple[Any, KernelTime]:
     """Run fn, return (result, its KernelTime): on a GPU, CUDA-event time of what fn queued on the current
     stream (work queued before it, a digest say, is not counted), not waited for here; else wall time."""
     if device.type != "cuda":

@@ -312,7 +312,7 @@ class FlashInferBackend(AttentionBackend):
         if graph:
             self._check_decode_known_bugs(split)
         q = batch.q.index_select(0, batch.last_rows.to(batch.q.device))
-        if graph:
+        if graph_bs is not None:
             plan, run, key, plan_ms = self._graph_decode(batch, q, graph_bs, split)
         else:
             (w, run), plan_ms = self._timed_plan(lambda: self._eager_decode_run(batch, q, split), False)
