@@ -1,4 +1,10 @@
-"""The error types the CLI maps to exit codes (the policy itself is exitpolicy.py)."""
+"""The error types the CLI maps to exit codes (the policy itself is exitpolicy.py), and an exception's
+one-line summary (first_line; failure_line for a Ray error).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -28,3 +34,25 @@ def interruption(exc: BaseException) -> str:
 
 AUTH_HINT = ("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (the cluster's token, "
              "see `ray get-auth-token` on the head) in this shell")
+
+
+def first_line(exc: BaseException, *, typed: bool = True, limit: Optional[int] = None,
+               text: Optional[str] = None) -> str:
+    """The first line of an exception's message (text: that message instead of str(exc)), for one-line reports.
+
+    typed: "Type: line" ("Type: " when the message is empty); else the line alone, or the type's name when the
+    message is empty. limit: the result cut to that many characters.
+    """
+    lines = (str(exc) if text is None else text).strip().splitlines()
+    if typed:
+        line = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    else:
+        line = lines[0] if lines else type(exc).__name__
+    return line if limit is None else line[:limit]
+
+
+def failure_line(exc: BaseException, limit: int = 300) -> str:
+    """The line of a Ray error that names the cause: the last non-blank line of its message (its traceback's
+    last), stripped, or the type's name when there is none; cut to `limit` characters."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else type(exc).__name__

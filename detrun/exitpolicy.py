@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import typer
 
 from .errors import (EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, DetrunError, Terminated,
-                     interruption)
+                     first_line, interruption)
 from .paths import check_output_path
 
 try:  # typer >= 0.17 vendors click
@@ -75,9 +75,8 @@ def _internal(exc: BaseException) -> int:
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
-    lines = str(exc).strip().splitlines()
     hint = "" if debug else f" (set {DEBUG_ENV}=1 for the traceback)"
-    print(f"detrun: internal error: {type(exc).__name__}: {lines[0] if lines else ''}{hint}", file=sys.stderr)
+    print(f"detrun: internal error: {first_line(exc)}{hint}", file=sys.stderr)
     return EXIT_INTERNAL
 
 

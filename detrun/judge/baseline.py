@@ -21,6 +21,7 @@ from ..errors import DetrunError
 from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.runs import RunStore
+from ..store.status import RunStatus
 
 _DIR = "baselines"
 
@@ -43,7 +44,7 @@ def set_baseline(store: RunStore, run_id: str, force: bool = False) -> List[dict
     """Make run_id the baseline of each fingerprint it recorded. It must be complete and pass on its own."""
     manifest = store.manifest(run_id)
     if not force:
-        if manifest.get("status") != "complete":
+        if manifest.get("status") != RunStatus.COMPLETE:
             raise DetrunError(f"run {run_id} is {manifest.get('status')}, not complete; a baseline must be (or --force)")
         if compare_runs(store, [run_id]).failed:
             raise DetrunError(f"run {run_id} is not reproducible on its own; a baseline must pass (or --force)")
@@ -119,12 +120,10 @@ _RAN = (("backend", "backend"), ("attention kernel family", "attn"), ("wrapper p
 def backend_changes(cols: Columns, base_runs: Sequence[str], run_id: str) -> List[str]:
     """Cells (case, request, mode, phase) whose rows ran another backend, kernel family or wrapper path than the
     baseline's: one line per change, e.g. "backend changed against baseline B: flashinfer -> reference"."""
-    status = cols.dictionary("status")
-    ok = np.flatnonzero(cols.codes("status") == (status.index("ok") if "ok" in status else -1))
+    ok = cols.ok_rows()
     if not len(ok):
         return []
-    runs = cols.dictionary("run_id")
-    side = np.isin(cols.codes("run_id")[ok], [runs.index(r) for r in base_runs if r in runs])
+    side = np.isin(cols.codes("run_id")[ok], [cols.code_of("run_id", r) for r in base_runs])
     cell = densify(combine([cols.codes(c)[ok] for c in ("case", "request", "mode", "phase")])[0])
     ran = densify(combine([cols.codes(c)[ok] for c in ("backend", "attn", "path")])[0])
     seen: Dict[Tuple[int, bool], set] = {}

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 from .audit import audit_kernels
 from ..errors import DetrunError
 from ..fingerprint import FINGERPRINT_FIELDS
-from ..store.runs import ADDED, SCHEMA, RunStore, with_added
+from ..store.runs import ADDED, SCHEMA, RunStore, read_part, with_added
+from ..store.status import Status
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
@@ -34,9 +35,9 @@ def _read(store: RunStore, path: str, columns: Sequence[str], dictionary: Sequen
     """Some columns of one file, dictionary-encoded where asked; a file written before a column was
     added (store.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
     try:
-        return pq.read_table(path, columns=list(columns), filesystem=store.fs, read_dictionary=list(dictionary))
-    except (pa.ArrowException, OSError) as exc:
-        error = DetrunError(f"{path}: corrupt or truncated Parquet ({exc})")
+        return read_part(store.fs, path, columns=list(columns), read_dictionary=list(dictionary))
+    except DetrunError as exc:
+        error = exc
     try:
         names = set(pq.read_schema(path, filesystem=store.fs).names)
     except (pa.ArrowException, OSError):
@@ -84,7 +85,7 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
     hit = np.zeros(len(kernels), dtype=bool)
     hit[pc.list_parent_indices(kernels).to_numpy()[np.array(["flashinfer" in k for k in names])[codes]]] = True
     status = table.column("status").combine_chunks()
-    hit &= pc.equal(status.cast(pa.string()), "ok").to_numpy(zero_copy_only=False)
+    hit &= pc.equal(status.cast(pa.string()), Status.OK.value).to_numpy(zero_copy_only=False)
     profiled[:] = hit
     rows = np.flatnonzero(hit)
     if not len(rows):
@@ -174,6 +175,15 @@ class Columns:
         arr = self.table.column(column)
         return arr.chunk(0).dictionary.to_pylist() if arr.num_chunks else []
 
+    def code_of(self, column: str, value: str) -> int:
+        """A string's code in a coded column (its place in dictionary(column)); -1 when no row has it."""
+        names = self.dictionary(column)
+        return names.index(value) if value in names else -1
+
+    def ok_rows(self) -> np.ndarray:
+        """The read indices of the rows whose status is ok, in read order."""
+        return np.flatnonzero(self.codes("status") == self.code_of("status", Status.OK))
+
     def rows_in_memory(self, idx: np.ndarray) -> Dict[int, dict]:
         """Rows as dicts from the columns read; any other field is read from its file when asked."""
         out: Dict[int, dict] = {}
@@ -257,9 +267,23 @@ def densify(code: np.ndarray) -> np.ndarray:
     return pc.dictionary_encode(pa.array(code)).indices.to_numpy().astype(np.int64)
 
 
+def mixed_radix(parts: Sequence[np.ndarray], radices: Sequence[int]) -> np.ndarray:
+    """One code per row from digits of known radices (part i in [0, radices[i]); the first part is the most
+    significant): the code's place in the product of the radices, so a table of every combination in that
+    order is indexed by it. int32 where the product fits, else int64; a digit out of range (a -1 marking
+    "none") gives a meaningless code the caller masks. The arithmetic is in place on one new array."""
+    wide = int(np.prod([max(1, int(r)) for r in radices], dtype=object)) >= 1 << 31
+    code = parts[0].astype(np.int64 if wide else np.int32)
+    for part, radix in zip(parts[1:], radices[1:]):
+        code *= radix
+        code += part
+    return code
+
+
 def combine(parts: Sequence[np.ndarray], bound: Optional[int] = None) -> Tuple[np.ndarray, int]:
     """One int64 code per row, equal exactly where every part is equal, and an upper bound of the
-    codes (mixed radix; made dense by hashing when the bound would pass `bound` or int64).
+    codes (mixed radix of each part's range, not known beforehand: see mixed_radix for known radices; made
+    dense by hashing when the bound would pass `bound` or int64).
     Constant parts (one value) add nothing and are skipped; the arithmetic is in place."""
     n = len(parts[0]) if parts else 0
     limit = min(bound or 1 << 62, 1 << 62)

@@ -24,13 +24,14 @@ import pyarrow.compute as pc
 
 from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
 from .claims import Claims, claims_of
-from .columnar import Columns, combine, densify, read_columns
+from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
 from ..fingerprint import FINGERPRINT_FIELDS, field_differences
 from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
 from ..spec.sglang import profile_label
-from ..spec.model import spec_from_dict
+from ..spec.model import folded_request, spec_from_dict
 from ..store.runs import RunStore
+from ..store.status import RunStatus, Status
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
                         "run": "run_id"}
@@ -196,15 +197,6 @@ def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
     return np.array(found, dtype=dtype)[codes]
 
 
-def _digits(first: np.ndarray, radix: int, second: np.ndarray) -> np.ndarray:
-    """first * radix + second, in int32 where it fits (in place on one new array)."""
-    wide = (int(first.max()) + 1) * radix >= 1 << 31 if len(first) else False
-    out = first.astype(np.int64 if wide else np.int32)
-    out *= radix
-    out += second
-    return out
-
-
 def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) -> np.ndarray:
     """Each row's place in the run's expected keys (blocks x cells), found from its case, request,
     mode, phase, slot and repeat and checked against its key one file at a time; a row whose key is
@@ -213,19 +205,17 @@ def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) 
     phases = cols.dictionary("phase")
     at = {c: cols.codes(c)[lo:hi] for c in ("case", "request", "mode", "phase", "slot", "repeat")}
     combos = [(c, r, m, p) for c in cols.dictionary("case") for r in requests for m in modes for p in phases]
-    code = _digits(_digits(at["case"], len(requests), at["request"]), len(modes), at["mode"])
-    cell = _lookup(combos, {c: i for i, c in enumerate(cells)}, _digits(code, len(phases), at["phase"]))
+    code = mixed_radix([at[c] for c in ("case", "request", "mode", "phase")],
+                       [len(cols.dictionary("case")), len(requests), len(modes), len(phases)])
+    cell = _lookup(combos, {c: i for i, c in enumerate(cells)}, code)
     del code
     reps = int(at["repeat"].max()) + 1 if hi > lo else 1
     slots = int(at["slot"].max()) + 1 if hi > lo else 1
     slot = np.maximum(at["slot"], 0)
     grid = _lookup([(s, r) for s in range(slots) for r in range(reps)], {b: i for i, b in enumerate(blocks)},
-                   _digits(slot, reps, np.maximum(at["repeat"], 0)))
+                   mixed_radix([slot, np.maximum(at["repeat"], 0)], [slots, reps]))
     del slot
-    wide = len(blocks) * len(cells) >= 1 << 31
-    pos = grid.astype(np.int64) if wide else grid.astype(np.int32)
-    pos *= len(cells)
-    pos += cell
+    pos = mixed_radix([grid, cell], [len(blocks), len(cells)])
     pos[(cell < 0) | (grid < 0)] = -1
     heads, tails = key_parts(cells, blocks)
     keys = cols.keys(run_id)
@@ -250,7 +240,7 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
     """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
     for run_id in cols.runs:
         manifest = cols.store.manifest(run_id)
-        if manifest.get("status") != "complete":
+        if manifest.get("status") != RunStatus.COMPLETE:
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
         cells, blocks = key_layout(spec, gpus)
@@ -319,8 +309,7 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
     """request -> axis -> verdict, copies (name#i) folded into one row (name#*) with the worst verdict."""
     rows: Dict[str, Dict[str, AxisVerdict]] = defaultdict(dict)
     for v in verdicts:
-        base, _, copy = v.request.partition("#")
-        name = f"{base}#*" if copy else base
+        name = folded_request(v.request)
         cur = rows[name].get(v.axis)
         if cur is None:
             rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows,
@@ -343,24 +332,20 @@ def _order(r: dict, order: Dict[str, int]) -> tuple:
 
 def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
     """Audit, error and not-run lists in read order; returns the read indices of the ok rows."""
-    status = cols.codes("status")
-    names = cols.dictionary("status")
-    ok_code = names.index("ok") if "ok" in names else -1
-    others = np.flatnonzero(status != ok_code)
+    ok = cols.ok_rows()
+    others = np.flatnonzero(cols.codes("status") != cols.code_of("status", Status.OK))
     rows = cols.rows_at(others)
     audited = cols.rows_in_memory(np.asarray([i for i, _ in cols.audit], dtype=np.int64))
     for i, problem in cols.audit:
         result.audit.append(f"{audited[i]['run_id']}:{audited[i]['key']}: {problem}")
     for i in others.tolist():
         r = rows[i]
-        if r["status"] == "error":
+        if r["status"] == Status.ERROR:
             result.errors.append((f"{r['run_id']}:{r['key']}", r["reason"]))
         else:
             result.not_run.append((f"{r['run_id']}:{r['key']}", r["status"], r["reason"]))
-    ok = np.flatnonzero(status == ok_code)
-    reasons = cols.dictionary("reason")
-    if any(reasons):  # ok rows with a reason: known-bug cells that ran fine in an isolated worker
-        said = ok[cols.codes("reason")[ok] != (reasons.index("") if "" in reasons else -1)]
+    if any(cols.dictionary("reason")):  # ok rows with a reason: known-bug cells that ran fine in an isolated worker
+        said = ok[cols.codes("reason")[ok] != cols.code_of("reason", "")]
         for r in cols.rows_in_memory(said).values():
             result.unreproduced.append((f"{r['run_id']}:{r['key']}", r["reason"]))
     return ok
@@ -402,9 +387,8 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
         for axis, col in AXES.items():
             yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
         return
-    full, _ = combine([req] + [part[c] for c in cols])
-    if total < 1 << 31:
-        full = full.astype(np.int32)  # half the memory traffic of the five groupings
+    # int32 where total fits: half the memory traffic of the five groupings
+    full = mixed_radix([req] + [part[c] for c in cols], [int(req.max()) + 1] + [radix[c] for c in cols])
     lower = 1
     for col in reversed(cols):
         axis = next(a for a, c in AXES.items() if c == col)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Dict, List, Tuple
 
 from .claims import AXIS_NAMES
 from ..errors import EXIT_MISMATCH, EXIT_OK
+from ..spec.model import folded_request
+from ..store.status import Status
 
 if TYPE_CHECKING:
     from .compare import Comparison, Mismatch
@@ -137,8 +139,7 @@ def _per_request(cmp: "Comparison", rows: Dict[str, dict]) -> List[Finding]:
     """One finding per (request, axis) that differs, with its recorded mismatches' numbers."""
     examples: Dict[Tuple[str, str], List[str]] = defaultdict(list)
     for m in cmp.mismatches:
-        base, _, copy = m.request.partition("#")
-        examples[(f"{base}#*" if copy else base, m.axis)].append(_mismatch_text(m))
+        examples[(folded_request(m.request), m.axis)].append(_mismatch_text(m))
     out = []
     for request, cells in rows.items():
         for axis in AXIS_NAMES:
@@ -194,7 +195,7 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     if cmp.no_baseline:
         out.append(Finding("no_baseline", FAIL if cmp.require_baseline else WARN, cmp.no_baseline))
     out += _grouped("not_audited", WARN, cmp.unaudited, "plans not audited")
-    for status, kind in (("known_bug", "known_bug"), ("skipped", "skipped")):
+    for status, kind in ((Status.KNOWN_BUG, "known_bug"), (Status.SKIPPED, "skipped")):
         rows = [(key, reason) for key, st, reason in cmp.not_run if st == status]
         out += _grouped(kind, WARN, rows, f"rows {status.replace('_', ' ')} (not a pass)")
     out += _grouped("known_bug_fixed", WARN, cmp.unreproduced, "rows ran although marked as a known bug")

@@ -23,6 +23,7 @@ from .findings import FAIL, WARN
 from ..spec.matrix import key_mode
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.runs import RunStore
+from ..store.status import RunStatus
 
 _KEY = ("case", "request", "mode", "phase", "fingerprint")
 # Spec fields that change neither which cells a job has nor what a cell computes.
@@ -87,9 +88,9 @@ class History:
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.store.manifest(run_id)
     verdict = compare_columns(cols, max_details=0).verdict
-    label = "FAIL" if verdict.failed else ("pass" if manifest.get("status") == "complete" else "incomplete")
-    fingerprints, status = cols.dictionary("fingerprint"), cols.dictionary("status")
-    ok = int(np.count_nonzero(cols.codes("status") == status.index("ok"))) if "ok" in status else 0
+    label = "FAIL" if verdict.failed else ("pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
+    fingerprints = cols.dictionary("fingerprint")
+    ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
               if any(f.kind == k and f.severity in (FAIL, WARN) for f in verdict.findings)}
     return RunSummary(
@@ -101,8 +102,7 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
     """Per (job, case, request, mode, phase, fingerprint): the first run whose set of (out, lse) digests is not
     the earliest run's. Sets compared as arrays of distinct (key, run, digests) codes."""
-    status = cols.dictionary("status")
-    ok = np.flatnonzero(cols.codes("status") == (status.index("ok") if "ok" in status else -1))
+    ok = cols.ok_rows()
     if not len(ok):
         return []
     names = cols.dictionary("run_id")

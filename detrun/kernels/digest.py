@@ -26,15 +26,14 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from .splitmix import C1, C2, SALTS
+
 _WORD = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _signed(c: int) -> int:
     return c - (1 << 64) if c >= 1 << 63 else c
 
-
-C1, C2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-SALTS = (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03)
 
 
 def _srl(x: torch.Tensor, n: int) -> torch.Tensor:

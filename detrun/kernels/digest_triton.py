@@ -15,9 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .digest import C1, C2, SALTS
+from .splitmix import C1, C2, SALTS
 
-# digest.py's constants, as the compile-time globals Triton accepts.
+# The torch path's constants (splitmix.py), as the compile-time globals Triton accepts.
 _C1, _C2 = tl.constexpr(C1), tl.constexpr(C2)
 _SALT0, _SALT1 = tl.constexpr(SALTS[0]), tl.constexpr(SALTS[1])
 BLOCK = 1024

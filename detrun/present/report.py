@@ -11,6 +11,7 @@ from ..judge.compare import AXES, Comparison, collapse
 from ..judge.findings import FAIL, INFO, WARN
 from ..fingerprint import FINGERPRINT_FIELDS
 from ..paths import write_output
+from ..spec.model import base_request, folded_request
 from ..store.runs import RunStore
 
 COLOURS = {"equal": "#2ca02c", "explained": "#f0b400", "differs": "#d62728", "n/a": "#d9d9d9"}
@@ -45,8 +46,7 @@ def heatmap_svg(cmp: Comparison) -> str:
 def max_ulp_by_request(cmp: Comparison) -> Dict[str, int]:
     worst: Dict[str, int] = {name: 0 for name in collapse(cmp.verdicts)}
     for m in cmp.mismatches:
-        base, _, copy = m.request.partition("#")
-        name = f"{base}#*" if copy else base
+        name = folded_request(m.request)
         ulps = [s.max_ulp for s in (m.out, m.lse) if s is not None]
         worst[name] = max([worst.get(name, 0), *ulps])
     return worst
@@ -55,14 +55,14 @@ def max_ulp_by_request(cmp: Comparison) -> Dict[str, int]:
 def ulp_plot_svg(cmp: Comparison) -> str:
     """Horizontal bars of the largest ULP distance seen per request (log scale)."""
     worst = max_ulp_by_request(cmp)
-    unexplained = {m.request.partition("#")[0] for m in cmp.mismatches if not m.explained}
+    unexplained = {base_request(m.request) for m in cmp.mismatches if not m.explained}
     top = max([1, *worst.values()])
     scale = 500 / math.log10(top + 1) if top > 1 else 500
     out = [f'<svg id="ulp-plot" xmlns="http://www.w3.org/2000/svg" width="{_LABEL_W + 600}" '
            f'height="{_CELL_H * len(worst) + 4}">']
     for i, (name, ulp) in enumerate(worst.items()):
         y, length = i * _CELL_H, math.log10(ulp + 1) * scale
-        colour = COLOURS["differs" if name.partition("#")[0] in unexplained else "explained"]
+        colour = COLOURS["differs" if base_request(name) in unexplained else "explained"]
         out.append(f'<text x="4" y="{y + 15}">{escape(name)}</text>')
         out.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 2}" width="{length:.1f}" height="{_CELL_H - 6}" '
                    f'fill="{colour}"/><text x="{_LABEL_W + length + 6:.1f}" y="{y + 15}">{ulp}</text>')

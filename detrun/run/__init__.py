@@ -1,5 +1,6 @@
 """The Ray driver and the task: runner.py (driver), worker.py (the shard task), isolation.py and
 inline.py, the Jobs API (jobs.py), cluster YAML checks (cluster.py), the FlashInfer JIT cache
-(jitcache.py), peak resources (resources.py) and shrink.py (re-runs a difference smaller).
+(jitcache.py), peak resources (resources.py), shrink.py (re-runs a difference smaller) and the faults
+tests inject into a task (faults.py).
 
 May import every other part except present and the CLI."""

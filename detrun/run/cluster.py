@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import DetrunError
+from ..errors import DetrunError, first_line
 
 
 def validate_cluster_yaml(path: Path) -> dict:
@@ -23,6 +23,6 @@ def validate_cluster_yaml(path: Path) -> dict:
         prepared = prepare_config(config)
         validate_config(prepared)
     except Exception as exc:  # jsonschema, click and ValueError all mean "invalid"
-        message = str(getattr(exc, "message", exc)).strip().splitlines()
-        raise DetrunError(f"{path}: invalid cluster config: {message[0] if message else type(exc).__name__}") from None
+        message = first_line(exc, typed=False, text=str(getattr(exc, "message", exc)))
+        raise DetrunError(f"{path}: invalid cluster config: {message}") from None
     return prepared

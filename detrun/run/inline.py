@@ -11,6 +11,7 @@ from .isolation import deferred_cell
 from ..spec.matrix import shards
 from ..spec.model import JobSpec
 from ..store.runs import RunStore
+from ..store.status import RunStatus
 
 
 @contextlib.contextmanager
@@ -43,5 +44,5 @@ def run_inline(store: RunStore, spec: JobSpec, run_id: str, gpus: int = 1) -> Li
         left += [f"{deferred_cell(d).label}: {d['reason']}" for d in out["deferred"]]
         store.write_blobs(out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])
-    store.finish_run(run_id, "complete")
+    store.finish_run(run_id, RunStatus.COMPLETE)
     return left

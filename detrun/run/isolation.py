@@ -17,7 +17,9 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from ..spec.matrix import Cell, Shard, cells_for, row_key
 from ..spec.model import JobSpec
 from ..store.runs import make_row
+from ..store.status import Status
 
+# Why a cell runs alone (Isolated.kind); not a row's status (store/status.py), although known_bug is both.
 KNOWN_BUG, LOST_CONTEXT, CRASHED = "known_bug", "lost_context", "crashed"
 NOT_REPRODUCED = "known bug did not reproduce (fixed?)"
 REPRODUCED = "known bug reproduced in an isolated worker"
@@ -82,22 +84,22 @@ def finished_rows(item: Isolated, rows: List[dict]) -> List[dict]:
     if item.kind != KNOWN_BUG:
         return rows
     for row in rows:
-        if row["status"] == "ok":
+        if row["status"] == Status.OK:
             row["reason"] = f"{NOT_REPRODUCED}: {item.reason}"
         else:
-            row["status"], row["reason"] = KNOWN_BUG, f"{REPRODUCED}: {row['reason']} ({item.reason})"
+            row["status"], row["reason"] = Status.KNOWN_BUG, f"{REPRODUCED}: {row['reason']} ({item.reason})"
     return rows
 
 
 def lost_rows(spec: JobSpec, run_id: str, item: Isolated, what: str) -> List[dict]:
     """The rows of a cell whose isolated worker died or hung (`what` says which)."""
     if item.kind == KNOWN_BUG:
-        return cell_rows(spec, run_id, item, KNOWN_BUG, f"{REPRODUCED}: {what} ({item.reason})")
-    return cell_rows(spec, run_id, item, "error", f"isolated: {what} (run alone because {item.reason})")
+        return cell_rows(spec, run_id, item, Status.KNOWN_BUG, f"{REPRODUCED}: {what} ({item.reason})")
+    return cell_rows(spec, run_id, item, Status.ERROR, f"isolated: {what} (run alone because {item.reason})")
 
 
 def reproduced(rows: List[dict]) -> bool:
-    return any(r["status"] != "ok" for r in rows)
+    return any(r["status"] != Status.OK for r in rows)
 
 
 class ShardBook:
@@ -157,4 +159,4 @@ class BugSamples:
 
     def unrun_rows(self, spec: JobSpec, run_id: str, item: Isolated) -> List[dict]:
         _, where = self.outcome[item.reason]
-        return cell_rows(spec, run_id, item, KNOWN_BUG, f"not run: {item.reason}; it reproduced at {where}")
+        return cell_rows(spec, run_id, item, Status.KNOWN_BUG, f"not run: {item.reason}; it reproduced at {where}")

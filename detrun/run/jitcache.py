@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
+from ..errors import first_line
 from ..stages import JIT_RESTORE as RESTORE, JIT_SAVE as SAVE, Stages
 
 CONTEXT_KEY = "jit_cache"  # the task context's runs root for the cache (runner.RunOptions.jit_cache)
@@ -100,11 +101,6 @@ def _warn(message: str) -> None:
     print(f"detrun: jit cache: {message}", file=sys.stderr, flush=True)
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
-
-
 def current_key(env) -> JitKey:
     """This task's key: flashinfer's version, its CUDA (nvcc, as FlashInfer reads it), its target archs."""
     import flashinfer
@@ -158,7 +154,7 @@ class JitCache:
             moved = self._restore()
         except Exception as exc:  # storage, an unexpected flashinfer: the task compiles instead
             self.key = None
-            _warn(f"nothing restored from {self.root} ({_first_line(exc)})")
+            _warn(f"nothing restored from {self.root} ({first_line(exc, limit=300)})")
         seconds = time.perf_counter() - start
         self.stages.add(RESTORE, seconds, moved)
         self.record.update(restored=moved, restore_s=round(seconds, 3))
@@ -222,7 +218,7 @@ class JitCache:
                 self.store.put(posixpath.join(folder, f"{module}.tar"), pack(self.key, module, data))
                 saved, size = saved + 1, size + len(data)
         except Exception as exc:
-            _warn(f"not saved to {self.root} ({_first_line(exc)})")
+            _warn(f"not saved to {self.root} ({first_line(exc, limit=300)})")
         seconds = time.perf_counter() - start
         self.stages.add(SAVE, seconds, saved)
         self.record.update(saved=saved, saved_mb=round(size / 2**20, 1), save_s=round(seconds, 3))

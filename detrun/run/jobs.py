@@ -13,7 +13,7 @@ from typing import Iterator, List, Optional
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobSubmissionClient
 
-from ..errors import AUTH_HINT, DetrunError
+from ..errors import AUTH_HINT, DetrunError, first_line
 
 # The detrun driver inside the job records these in the run's manifest.
 SUBMISSION_ENV = "DETRUN_SUBMISSION_ID"
@@ -35,7 +35,7 @@ def _errors(address: str) -> Iterator[None]:
         what = "refused the token (invalid or incorrect)" if refused else "requires authentication"
         raise DetrunError(f"the Ray Jobs API at {address} {what}: {AUTH_HINT}") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc, typed=False)
         if "auth" in first.lower() or "401" in first:
             raise DetrunError(f"the Ray Jobs API at {address} refused the token: {AUTH_HINT}") from None
         raise DetrunError(f"Ray Jobs API at {address}: {first}") from None

@@ -21,8 +21,9 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from . import faults
 from ..store import heartbeat
-from ..errors import AUTH_HINT, DetrunError, interruption
+from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption
 from .isolation import (
     BugSamples,
     Isolated,
@@ -38,31 +39,17 @@ from ..spec.matrix import Shard, cells_for, check_size, shard_keys, shards
 from .resources import host_peak_mb
 from ..spec.model import JobSpec, spec_from_dict
 from ..store.runs import RunStore, new_run_id
+from ..store.status import RunStatus, Status
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
 NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
-# Test-only fault hooks, inert unless a spec's env sets them (they reach the task via runtime_env).
-TEST_CRASH_ONCE = "DETRUN_TEST_CRASH_ONCE"  # path of a marker file: the first task to create it dies
-TEST_SLEEP_S = "DETRUN_TEST_SLEEP_S"  # seconds every task sleeps before running
 # An isolated cell's task gets this long beyond isolation.cell_timeout_s (worker start, imports) before
 # the driver cancels it as hung.
 ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "60"))
 # A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
 # a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
 LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
-
-
-def _test_hooks() -> None:
-    marker = os.environ.get(TEST_CRASH_ONCE)
-    if marker:
-        try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            pass
-        else:
-            os._exit(1)  # a worker crash: Ray retries it (max_retries), it is no exception of ours
-    time.sleep(float(os.environ.get(TEST_SLEEP_S, "0")))
 
 
 @ray.remote(num_gpus=1, max_retries=1, retry_exceptions=False)
@@ -89,7 +76,7 @@ def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = F
     from .worker import run_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
-    _test_hooks()
+    faults.at_task_start()  # tests' injected crash or sleep (faults.py); nothing unless they set it
     context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
     return run_shard(spec_data, shard, run_id, context,
                      {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog)
@@ -142,7 +129,7 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
         except ray.exceptions.AuthenticationError:
             raise DetrunError(f"the Ray cluster at {address} requires authentication: {AUTH_HINT}") from None
         except ConnectionError as exc:
-            raise DetrunError(f"cannot connect to Ray at {address}: {str(exc).strip().splitlines()[0]}") from None
+            raise DetrunError(f"cannot connect to Ray at {address}: {first_line(exc, typed=False)}") from None
     available = alive_gpus(accelerator_type)
     kind = f" of accelerator type {accelerator_type}" if accelerator_type else ""
     if available < 1:
@@ -150,12 +137,6 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
     if gpus is not None and gpus > available:
         raise DetrunError(f"--gpus {gpus} asked, but the Ray cluster has {available} alive GPU(s){kind}")
     return gpus or available
-
-
-def failure_line(exc: BaseException) -> str:
-    """The line of a Ray error that names the cause (the last one of its traceback)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else type(exc).__name__
 
 
 @dataclass
@@ -248,11 +229,11 @@ class _ShardRun:
 
     def run(self) -> SubmitResult:
         if not self.total:
-            self.store.finish_run(self.run_id, "complete", failures=[])
+            self.store.finish_run(self.run_id, RunStatus.COMPLETE, failures=[])
             return self.result
         start = time.perf_counter()
         pg = placement_group([self._bundle()] * len(self.queues), strategy="SPREAD")
-        status, timings = "incomplete", {}
+        status, timings = RunStatus.INCOMPLETE, {}
         try:
             ready = self._wait_placed(pg)
             if not ready:
@@ -262,7 +243,7 @@ class _ShardRun:
             for book in list(self.books.values()):  # isolated cells left waiting (their sample was lost)
                 self._fail(book.shard, "isolated cells did not finish")
             timings["tasks_s"] = time.perf_counter() - start - timings["placement_group_s"]
-            status = "complete" if not self.result.failures else "incomplete"
+            status = RunStatus.COMPLETE if not self.result.failures else RunStatus.INCOMPLETE
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM under the CLI (errors.Terminated)
             for ref in self.pending:
                 ray.cancel(ref, force=True)
@@ -397,7 +378,8 @@ class _ShardRun:
 
     def _error_rows(self, shard: Shard, reason: str) -> None:
         """The shard failed as a whole: an error row for each of its keys, and a failure."""
-        rows = unfinished_rows(self.spec, self.run_id, shard, cells_for(self.spec, shard.repeats), "error", reason)
+        rows = unfinished_rows(self.spec, self.run_id, shard, cells_for(self.spec, shard.repeats), Status.ERROR,
+                               reason)
         self.store.write_rows(self.run_id, shard.shard_id, rows)
         self._fail(shard, reason)
 

@@ -23,8 +23,9 @@ import yaml
 from ..judge.compare import compare_runs, explain
 from ..errors import DetrunError
 from ..judge.findings import FAIL
-from ..spec.model import JobSpec, spec_from_dict
+from ..spec.model import JobSpec, base_request, spec_from_dict
 from ..store.runs import RunStore
+from ..store.status import Status
 
 # A trial: store one complete run of the spec under run_id; returns its failures (none: every row stored).
 Trial = Callable[[RunStore, JobSpec, str], List[str]]
@@ -57,7 +58,7 @@ class Pair:
 
     @property
     def target(self) -> str:
-        return self.request.partition("#")[0]
+        return base_request(self.request)
 
     @property
     def where(self) -> str:
@@ -109,8 +110,8 @@ def failing_pair(store: RunStore, run_id: str) -> Pair:
     if found is None:
         raise DetrunError(f"nothing to shrink: no request of run {run_id} differs across batch compositions "
                           f"(compared bitwise: {cmp.verdict.label.lower()})")
-    base = found.request.partition("#")[0]
-    m = next(m for m in cmp.mismatches if m.axis == "batch" and m.request.partition("#")[0] == base)
+    base = base_request(found.request)
+    m = next(m for m in cmp.mismatches if m.axis == "batch" and base_request(m.request) == base)
     keys = [m.a.partition(":")[2], m.b.partition(":")[2]]
     table = store.read_rows([run_id])
     rows = {r["key"]: r for r in table.filter(pc.is_in(table["key"], value_set=pa.array(keys))).to_pylist()}
@@ -191,8 +192,8 @@ def _candidates(state: _State, pair: Pair, page_size: int) -> Iterator[Tuple[str
 
 def _outcome(rows: List[dict], pair: Pair, failures: List[str]) -> Tuple[str, Optional[Tuple[dict, dict]]]:
     """(differs | same | not run: why, the differing rows) of the request's rows in the two cases."""
-    mine = [r for r in rows if r["request"].partition("#")[0] == pair.target]
-    bad = next((r for r in mine if r["status"] != "ok"), None)
+    mine = [r for r in rows if base_request(r["request"]) == pair.target]
+    bad = next((r for r in mine if r["status"] != Status.OK), None)
     if bad is not None:
         return f"not run: {bad['case']} {bad['status']}: {bad['reason']}", None
     by = {(r["case"], r["request"]): r for r in mine}

@@ -19,23 +19,21 @@ import torch
 from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..envflags import env_bool
+from ..errors import first_line
 from ..kernels.envinfo import environment, seen_flags
 from ..kernels.inputs import Draws, build_batch
 from .jitcache import CONTEXT_KEY as JIT_CACHE, JitCache
+from .isolation import KNOWN_BUG, LOST_CONTEXT
 from ..spec.matrix import Cell, Shard, cells_for, row_key
 from .resources import task_peaks
 from ..spec.sglang import effective_knobs
 from ..spec.model import JobSpec, spec_from_dict
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
+from ..store.status import Status
 
 
 def pick_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 def digest_depth() -> int:
@@ -73,7 +71,8 @@ def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = im
         load()
     except Exception as exc:
         raise BackendUnavailable(
-            f"backend {asked}: the task has a CUDA device but flashinfer failed to import: {_first_line(exc)}") from exc
+            f"backend {asked}: the task has a CUDA device but flashinfer failed to import: "
+            f"{first_line(exc, limit=500)}") from exc
     return "flashinfer", "backend auto -> flashinfer" if asked == "auto" else ""
 
 
@@ -158,7 +157,7 @@ class ShardRunner:
                 pending.wait()
             with self.stages("digest"):
                 names = pending.names()
-            self._rows(cell, "ok", output=output, digests=self._fields(bounds, output, names))
+            self._rows(cell, Status.OK, output=output, digests=self._fields(bounds, output, names))
         except Exception as exc:
             self._failed(cell, exc)
 
@@ -193,8 +192,8 @@ class ShardRunner:
 
     def _failed(self, cell: Cell, exc: Exception) -> None:
         """A kernel failure is a result of its cell, not of the run."""
-        reason = _first_line(exc)
-        self._rows(cell, "error", reason)
+        reason = first_line(exc, limit=500)
+        self._rows(cell, Status.ERROR, reason)
         if self.device.type == "cuda" and "CUDA" in str(exc):
             self.lost = self.lost or f"the task's CUDA context was lost at {cell.label}: {reason}"
         traceback.print_exc()
@@ -207,13 +206,13 @@ class ShardRunner:
         if self.poisoned or self.lost:
             self._flush()  # rows stay in cell order
         if self.poisoned:
-            self._rows(cell, "error", f"not run: {self.poisoned}")
+            self._rows(cell, Status.ERROR, f"not run: {self.poisoned}")
             return
         if self.lost:  # a fresh process (an isolated worker) runs it, unless this is one
             if self.force or not self.spec.isolation.split_crashed:
-                self._rows(cell, "error", f"not run: {self.lost}")
+                self._rows(cell, Status.ERROR, f"not run: {self.lost}")
             else:
-                self._defer(cell, "lost_context", self.lost)
+                self._defer(cell, LOST_CONTEXT, self.lost)
             return
         try:
             if cell.case not in batches:
@@ -230,11 +229,11 @@ class ShardRunner:
         except Exception as exc:
             self._flush()  # the cell before keeps its place in the rows
             if isinstance(exc, Unsupported):
-                self._rows(cell, "skipped", str(exc))
+                self._rows(cell, Status.SKIPPED, str(exc))
             elif isinstance(exc, KnownBug) and self.spec.isolation.known_bugs == "run":
-                self._defer(cell, "known_bug", str(exc))
+                self._defer(cell, KNOWN_BUG, str(exc))
             elif isinstance(exc, KnownBug):
-                self._rows(cell, "known_bug", f"not run: {exc}")
+                self._rows(cell, Status.KNOWN_BUG, f"not run: {exc}")
             else:
                 self._failed(cell, exc)
             return

@@ -29,6 +29,25 @@ Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
 
 
+COPY = "#"  # a request's copies in a case are name#0, name#1, ... (JobSpec.members); no request name has it
+
+
+def copy_name(name: str, i: int) -> str:
+    """The name of copy i of a request."""
+    return f"{name}{COPY}{i}"
+
+
+def base_request(name: str) -> str:
+    """The request a copy (name#i) or a folded row (name#*) is of; a plain name is its own."""
+    return name.partition(COPY)[0]
+
+
+def folded_request(name: str) -> str:
+    """The one row a request's copies are shown as: name#i -> name#*, a plain name unchanged."""
+    base, _, copy = name.partition(COPY)
+    return f"{base}{COPY}*" if copy else base
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -217,8 +236,8 @@ class JobSpec(_Model):
                                  f"counted) exceed limits.max_tokens ({self.limits.max_tokens})")
         lens: Dict[str, int] = {}
         for name, request in self.requests.items():
-            if "#" in name:
-                raise ValueError(f"requests.{name}: '#' is reserved for copies")
+            if COPY in name:
+                raise ValueError(f"requests.{name}: '{COPY}' is reserved for copies")
             if request.prefix is not None and request.prefix not in self.requests:
                 raise ValueError(f"requests.{name}.prefix: {request.prefix!r} names no request")
         for name in (m for case in self.cases for m in self.members(case)):
@@ -240,7 +259,7 @@ class JobSpec(_Model):
         out = []
         for name in self.cases[case]:
             n = self.requests[name].copies
-            out.extend([name] if n == 1 else [f"{name}#{i}" for i in range(n)])
+            out.extend([name] if n == 1 else [copy_name(name, i) for i in range(n)])
         return out
 
     def case_tokens(self, case: str) -> int:
@@ -248,7 +267,7 @@ class JobSpec(_Model):
         return sum((r.qo_len + r.prefix_len) * r.copies for r in (self.requests[n] for n in self.cases[case]))
 
     def request(self, name: str) -> Request:
-        return self.requests[name.split("#", 1)[0]]
+        return self.requests[base_request(name)]
 
     def prefix_key(self, name: str) -> str:
         return self.request(name).prefix or name

@@ -12,6 +12,8 @@ import socket
 import time
 from typing import Optional
 
+from .status import RunStatus
+
 PERIOD_S = float(os.environ.get("DETRUN_HEARTBEAT_S", "10"))
 STALE_PERIODS = 3
 
@@ -42,7 +44,7 @@ def _alive(pid: object) -> bool:
 def silent_for(manifest: dict, now: Optional[float] = None) -> Optional[float]:
     """Seconds without a heartbeat if the run is stale (running, its driver gone); else None."""
     driver = manifest.get("driver")
-    if manifest.get("status") != "running" or not isinstance(driver, dict):
+    if manifest.get("status") != RunStatus.RUNNING or not isinstance(driver, dict):
         return None
     try:
         age = (time.time() if now is None else now) - float(driver["heartbeat_unix"])

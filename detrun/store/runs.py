@@ -33,7 +33,8 @@ import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..errors import DetrunError
+from ..errors import DetrunError, first_line
+from .status import RunStatus, Status
 from .heartbeat import driver_record
 from ..paths import check_writable_dir
 from ..signals import held
@@ -85,7 +86,7 @@ SCHEMA = pa.schema(
         ("attempt", pa.int32()),
     ]
 )
-STATUSES = ("ok", "skipped", "known_bug", "error")
+STATUSES = tuple(s.value for s in Status)  # the stored strings
 _DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
 # Columns added to SCHEMA later, and what a row stored before has there (None: null).
 ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None}
@@ -107,13 +108,21 @@ def as_stored(table: pa.Table) -> pa.Table:
     return table.set_column(i, "phase", pc.fill_null(table.column(i), ADDED["phase"]))
 
 
+def read_part(fs: pafs.FileSystem, path: str, **options) -> pa.Table:
+    """One rows file (pq.read_table's options); one that cannot be read is a DetrunError saying so."""
+    try:
+        return pq.read_table(path, filesystem=fs, **options)
+    except (pa.ArrowException, OSError) as exc:
+        raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+
+
 def make_row(**fields) -> Dict[str, object]:
     """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
     names = set(SCHEMA.names)
     unknown = set(fields) - names
     if unknown:
         raise KeyError(f"not in the row schema: {sorted(unknown)}")
-    if fields.get("status", "ok") not in STATUSES:
+    if fields.get("status", Status.OK) not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}")
     row = {}
     for f in SCHEMA:
@@ -121,7 +130,7 @@ def make_row(**fields) -> Dict[str, object]:
             row[f.name] = fields[f.name]
         else:
             row[f.name] = [] if pa.types.is_list(f.type) else ADDED.get(f.name) or _DEFAULTS[f.type]
-    row["status"] = row["status"] or "ok"
+    row["status"] = row["status"] or Status.OK
     return row
 
 
@@ -157,8 +166,7 @@ def storage_errors(root: str, kinds: Tuple[type, ...] = (OSError,)):
     try:
         yield
     except kinds as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
-        line = re.sub(r"\s*\(Request ID: [^)]*\)", "", lines[0])
+        line = re.sub(r"\s*\(Request ID: [^)]*\)", "", first_line(exc, typed=False).strip())
         hint = ("; check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
                 if any(code in line for code in _AUTH) else "")
         raise DetrunError(f"runs root {root}: {line}{hint}") from None
@@ -289,7 +297,7 @@ class RunStore:
             "spec": spec,
             "spec_path": spec_path,
             "gpus": gpus,
-            "status": "running",
+            "status": RunStatus.RUNNING,
             "created": datetime.now(timezone.utc).isoformat(),
             "driver": driver_record(),
             **extra,
@@ -340,7 +348,7 @@ class RunStore:
         """Mark an existing run running again (resume), keeping a history of its resumptions."""
         manifest = self.manifest(run_id)
         stamp = datetime.now(timezone.utc).isoformat()
-        manifest.update(status="running", resumed=manifest.get("resumed", []) + [stamp], driver=driver_record(),
+        manifest.update(status=RunStatus.RUNNING, resumed=manifest.get("resumed", []) + [stamp], driver=driver_record(),
                         **extra)
         self.write_manifest(manifest)
         return manifest
@@ -399,19 +407,15 @@ class RunStore:
         if not self._exists(path):
             return None
         try:
-            return set(pq.read_table(path, filesystem=self.fs, columns=["key"]).column("key").to_pylist())
-        except (pa.ArrowException, OSError):
+            return set(read_part(self.fs, path, columns=["key"]).column("key").to_pylist())
+        except DetrunError:
             return None  # a resume rewrites it
 
     def read_rows(self, run_ids: Iterable[str]) -> pa.Table:
         tables = []
         for run_id in run_ids:
             self.manifest(run_id)
-            for path in self.row_files(run_id):
-                try:
-                    tables.append(pq.read_table(path, filesystem=self.fs, schema=SCHEMA))
-                except (pa.ArrowException, OSError) as exc:
-                    raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+            tables += [read_part(self.fs, path, schema=SCHEMA) for path in self.row_files(run_id)]
         return as_stored(pa.concat_tables(tables)) if tables else SCHEMA.empty_table()
 
     def dataset(self, run_ids: Optional[Sequence[str]] = None) -> pads.Dataset:

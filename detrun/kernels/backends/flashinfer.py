@@ -22,6 +22,7 @@ import torch
 from packaging.version import Version
 
 from ..inputs import DTYPES, Batch, PageTable
+from ...errors import first_line
 from ...spec.sglang import decode_tensor_cores
 from ...stages import DEVICE_WAIT
 from . import base as _base
@@ -248,7 +249,7 @@ class FlashInferBackend(AttentionBackend):
             # Host time of plan(): its copies queue behind the previous cell's digests, not waited for.
             result, plan_ms = timed(prepare, self.device, sync=False)
         except (RuntimeError, ValueError) as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            msg = first_line(exc, typed=False)
             if "Buffer overflow" in msg:
                 raise RuntimeError(f"{msg} (raise flashinfer.workspace_mb, now {self.opts.workspace_mb})") from exc
             if graph:
