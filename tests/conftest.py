@@ -1,4 +1,6 @@
-"""Shared fixtures: one local Ray per test module, with 2 declared GPUs (budget ~5 s a start)."""
+"""Every fixture more than one test file uses, defined once: a local Ray with 2 declared GPUs (one per test
+module; ~5 s a start), an empty runs root (`store`), a local S3 and runs roots on it, and `no_ray` (a command
+must stop before connecting to Ray). Plain helpers (specs, inline runs, row rewrites) are in helpers.py."""
 
 import os
 
@@ -6,8 +8,6 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
-
-JOBS = os.path.join(os.path.dirname(__file__), "..", "jobs")
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,16 @@ def store(tmp_path):
     from detrun.store.runs import RunStore
 
     return RunStore(str(tmp_path / "runs"))
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fails the test (an AssertionError: exit 3, not 2) if a command gets as far as connecting to Ray."""
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("reached Ray: the checks should have stopped the command before")
+
+    monkeypatch.setattr("detrun.run.runner.connect", must_not_run)
 
 
 @pytest.fixture(scope="session")

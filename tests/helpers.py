@@ -1,17 +1,28 @@
-"""Small specs and run helpers shared by the tests (tiny shapes: CPU seconds, not minutes)."""
+"""Plain helpers shared by the tests (fixtures are in conftest.py): small specs (tiny shapes: CPU seconds,
+not minutes), inline runs, stored rows and tensors rewritten, the CLI in-process, text of the presenters,
+and CPU stand-ins for CUDA graphs and flashinfer's prefill wrappers. Imported as `from tests.helpers import ...`."""
 
 from __future__ import annotations
 
 import copy
+import io
+import pickle
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 
 from detrun.run import inline
+from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS
 from detrun.kernels.digest import tensor_digest
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+JOBS = ROOT / "jobs"
 
 SMALL = {
     "name": "small",
@@ -42,6 +53,9 @@ SMALL = {
 }
 
 
+TINY = dict(repeats=1, modes=["eager"])  # small(**TINY): one row per request and case (11 rows)
+
+
 def small(**overrides):
     data = copy.deepcopy(SMALL)
     for key, value in overrides.items():
@@ -50,6 +64,18 @@ def small(**overrides):
         else:
             data[key] = value
     return data
+
+
+def is_alone_target(row) -> bool:
+    """The row of request target in case alone (any mode, repeat, phase)."""
+    return row["case"] == "alone" and row["request"] == "target"
+
+
+def job_file(folder, **overrides) -> str:
+    """small(**overrides) written as folder/job.yaml; its path."""
+    path = Path(folder) / "job.yaml"
+    path.write_text(yaml.safe_dump(small(**overrides)))
+    return str(path)
 
 
 def run_inline(store: RunStore, data: dict, run_id: str, gpus: int = 1) -> str:
@@ -63,6 +89,19 @@ _TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 _INT = {2: torch.int16, 4: torch.int32}
 
 
+def tensor_of(raw: bytearray, dtype: str, shape) -> torch.Tensor:
+    """A stored tensor rebuilt from its blob's bytes (shares raw's memory)."""
+    as_torch = _TORCH[dtype]
+    bits = _INT[torch.empty(0, dtype=as_torch).element_size()]
+    return torch.frombuffer(raw, dtype=bits).view(as_torch).reshape(shape)
+
+
+def stored_tensor(store: RunStore, run_id: str, row: dict, which: str = "out") -> torch.Tensor:
+    """A row's stored output (which="out") or lse, rebuilt from its blob."""
+    raw = bytearray(store.read_blob([run_id], row[f"{which}_digest"]))
+    return tensor_of(raw, row[f"{which}_dtype"], row[f"{which}_shape"])
+
+
 def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     """Flip the lowest bit of element 0 of one stored output; rewrite its blob and row. Returns the row."""
     for path in store.row_files(run_id):
@@ -72,10 +111,7 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
             if row["status"] == "ok" and match(row):
                 raw = bytearray(store.read_blob([run_id], row["out_digest"]))
                 raw[0] ^= 1
-                dtype = _TORCH[row["out_dtype"]]
-                t = torch.frombuffer(raw, dtype=_INT[torch.empty(0, dtype=dtype).element_size()])
-                t = t.view(dtype).reshape(row["out_shape"])
-                row["out_digest"] = tensor_digest(t)
+                row["out_digest"] = tensor_digest(tensor_of(raw, row["out_dtype"], row["out_shape"]))
                 store.write_blobs({row["out_digest"]: bytes(raw)})
                 shard = path.rsplit("part-", 1)[1].removesuffix(".parquet")
                 store.write_rows(run_id, shard, rows)
@@ -83,13 +119,46 @@ def flip_one_ulp(store: RunStore, run_id: str, match) -> dict:
     raise AssertionError("no row matched")
 
 
-def rewrite_rows(store: RunStore, run_id: str, change) -> None:
-    """Apply change(row) to every row of a run (e.g. another flashinfer version)."""
-    for path in store.row_files(run_id):
-        rows = pq.read_table(path, filesystem=store.fs).to_pylist()
-        for row in rows:
-            change(row)
+def rewrite_rows(store: RunStore, run_id: str, change, extra=()) -> None:
+    """Apply change(row) to every row of a run (e.g. another flashinfer version); a row for which it returns
+    False is dropped; extra rows are appended to the first part file."""
+    for n, path in enumerate(store.row_files(run_id)):
+        rows = [r for r in pq.read_table(path, filesystem=store.fs).to_pylist() if change(r) is not False]
+        rows += [dict(r) for r in extra] if n == 0 else []
         store.write_rows(run_id, path.rsplit("part-", 1)[1].removesuffix(".parquet"), rows)
+
+
+# The columns a shard's every row carries (its identity), and an ok row's results besides (the rest of the
+# store's SCHEMA takes its defaults when written).
+ROW_IDENTITY = {"run_id", "key", "case", "request", "mode", "phase", "repeat", "slot", "shard", "status", "reason",
+                "backend", "torch", "fingerprint"}
+OK_ROW = {"out_digest", "lse_digest", "out_dtype", "out_shape", "last_out_digest", "plan", "path", "attn"}
+PLAIN = (str, int, float, bool, type(None), bytes)
+
+
+def not_plain(value, where: str = "") -> list:
+    """Where value (a row, a task's result) holds anything but plain Python values (str, int, float, bool,
+    None, bytes, and lists and dicts of them): e.g. a torch.TorchVersion, which is a str to == but makes the
+    process that unpickles it import torch."""
+    if type(value) is dict:
+        return [bad for k, v in value.items()
+                for bad in not_plain(k, f"{where}[{k!r}] key") + not_plain(v, f"{where}[{k!r}]")]
+    if type(value) in (list, tuple):
+        return [bad for i, v in enumerate(value) for bad in not_plain(v, f"{where}[{i}]")]
+    return [] if type(value) in PLAIN else [f"{where}: {type(value).__module__}.{type(value).__qualname__}"]
+
+
+def modules_to_unpickle(value) -> set:
+    """The modules a process must import to unpickle value (none for plain values)."""
+    seen = set()
+
+    class Recorder(pickle.Unpickler):
+        def find_class(self, module, name):
+            seen.add(module)
+            return super().find_class(module, name)
+
+    Recorder(io.BytesIO(pickle.dumps(value))).load()
+    return seen
 
 
 def cli_main(capsys, *args):
@@ -102,11 +171,38 @@ def cli_main(capsys, *args):
     return exit_.value.code, out.out, out.err
 
 
+def cli_error(capsys, *args):
+    """(exit code, the one line on stderr) of detrun's main(args) in this process."""
+    code, _, err = cli_main(capsys, *args)
+    return code, one_line(err)
+
+
 def one_line(err: str) -> str:
     """The one non-blank line of err (fails the test if there are more)."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     return lines[0]
+
+
+def terminal_text(cmp) -> str:
+    """What `detrun compare` prints for cmp (no colour, wide)."""
+    from rich.console import Console
+
+    from detrun.present.render import print_comparison
+
+    console = Console(record=True, width=400, color_system=None)
+    print_comparison(cmp, console, details=100)
+    return console.export_text()
+
+
+def junit_text(cmp) -> str:
+    """Every text and attribute value of cmp's JUnit XML, one a line."""
+    from detrun.present.junit import junit_xml
+
+    parts = []
+    for el in ET.fromstring(junit_xml(cmp)).iter():
+        parts += [el.text or "", *el.attrib.values()]
+    return "\n".join(parts)
 
 
 def drop_row(store: RunStore, run_id: str, match) -> dict:
@@ -133,3 +229,32 @@ class FakeGraph:
         from detrun.kernels.backends.base import KernelTime
 
         return tuple(t.clone() for t in self.fn()), KernelTime(0.0)
+
+
+class FakePrefillWrapper:
+    """Stands in for flashinfer's prefill wrappers on the CPU: records the wrappers made and their plans;
+    run() writes a deterministic output in full."""
+
+    made = []
+
+    def __init__(self, workspace, layout, use_cuda_graph=False, backend="auto", **buffers):
+        self.graph, self._backend, self.plans, self._plan_info = use_cuda_graph, backend, 0, []
+        FakePrefillWrapper.made.append(self)
+
+    def plan(self, *args, **kwargs):
+        self.plans += 1
+        self.causal = kwargs.get("causal")
+        self._plan_info = [0] * len(FA2_PLAN_FIELDS)  # an FA2 plan of the pinned version's layout
+
+    def run(self, q, *kv, out, lse, return_lse):
+        out.copy_(q.to(out.dtype))  # deterministic, written in full
+        lse.copy_(q.float().sum(-1))
+        return out, lse
+
+
+class FakePaged(FakePrefillWrapper):
+    """BatchPrefillWithPagedKVCacheWrapper's stand-in."""
+
+
+class FakeRagged(FakePrefillWrapper):
+    """BatchPrefillWithRaggedKVCacheWrapper's stand-in."""

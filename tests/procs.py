@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Dict, List
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
 
 
 def session_processes(sid: int) -> Dict[int, str]:

@@ -5,11 +5,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 PY_SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("bench/*.py"), *ROOT.glob("scripts/*.py")])
 SH_SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("scripts/*.sh"))
 # A commit hash: a word of 7-40 hex digits with at least one digit and one letter.

@@ -11,15 +11,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from detrun.judge.compare import compare_runs
-from detrun.errors import DetrunError
-from detrun.store.runs import RunStore, check_run_id, run_dirs
-from tests.helpers import flip_one_ulp, run_inline, small
-
-TINY = dict(repeats=1, modes=["eager"])
-
-
-def _target(row):
-    return row["case"] == "alone" and row["request"] == "target"
+from detrun.store.runs import RunStore, run_dirs
+from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
 
 def _stored(store: RunStore, rel: str = "blobs") -> dict:
@@ -53,7 +46,7 @@ def test_identical_tensors_are_stored_once(any_root):
 def test_each_run_names_its_digests_and_compare_reads_blobs_of_both(store):
     run_inline(store, small(**TINY), "r1")
     run_inline(store, small(**TINY), "r2")
-    flipped = flip_one_ulp(store, "r2", _target)["out_digest"]
+    flipped = flip_one_ulp(store, "r2", is_alone_target)["out_digest"]
     assert flipped in store.blob_refs("r2") and flipped not in store.blob_refs("r1")
     assert f"blobs/{flipped[:2]}/{flipped}.bin" in _stored(store)
     assert _ulp_across_runs(compare_runs(store, ["r1", "r2"])) == [1]  # both tensors read back
@@ -61,7 +54,7 @@ def test_each_run_names_its_digests_and_compare_reads_blobs_of_both(store):
 
 def test_a_legacy_run_with_its_own_blobs_still_diffs(store, tmp_path):
     run_inline(store, small(**TINY), "old")
-    flip_one_ulp(store, "old", _target)
+    flip_one_ulp(store, "old", is_alone_target)
     legacy = tmp_path / "runs" / "old" / "blobs"  # the layout before blobs were shared
     legacy.mkdir()
     for rel in _stored(store):
@@ -77,8 +70,8 @@ def test_runs_from_two_roots_read_blobs_from_their_own_root(tmp_path):
     one, two = RunStore(str(tmp_path / "one")), RunStore(str(tmp_path / "two"))
     run_inline(one, small(**TINY), "a")
     run_inline(two, small(**TINY), "b")
-    original = next(r for r in one.read_rows(["a"]).to_pylist() if _target(r))["out_digest"]
-    flipped = flip_one_ulp(one, "a", _target)["out_digest"]
+    original = next(r for r in one.read_rows(["a"]).to_pylist() if is_alone_target(r))["out_digest"]
+    flipped = flip_one_ulp(one, "a", is_alone_target)["out_digest"]
     os.remove(os.path.join(one.base, "blobs", original[:2], f"{original}.bin"))  # only b's root has it now
     cmp = compare_runs(*run_dirs("runs", [str(tmp_path / "one" / "a"), str(tmp_path / "two" / "b")]))
     assert _ulp_across_runs(cmp) == [1]
@@ -121,10 +114,3 @@ def test_concurrent_writers_of_one_digest_leave_one_whole_file(any_root, busy_sw
     assert not torn
     assert _stored(store) == {f"blobs/ab/{digest}.bin": len(data)} and store.read_blob([], digest) == data
     assert store.write_blobs({digest: data}) == 0  # there already: not written again
-
-
-def test_the_root_folders_are_no_run_ids():
-    for name in ("blobs", "baselines"):
-        with pytest.raises(DetrunError, match=f"keeps its own {name}/ folder"):
-            check_run_id(name, "--run-id")
-    assert check_run_id("blobs-2") == "blobs-2"

@@ -1,7 +1,7 @@
 """Multi-node runs on one ray.cluster_utils.Cluster: GPU discovery, worker crash, Ctrl-C, node loss, resume.
 
 One cluster for the module (a head with one fake A100, two worker nodes with one fake H100 each);
-the node-removal test is last because it takes a node away.
+the node-removal test is last because it takes a node away. Slow tier.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from detrun.errors import DetrunError
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore
+from tests.helpers import small
 
-from helpers import small
-
+pytestmark = pytest.mark.slow  # a 3-node Ray cluster for the module: ~90 s, the node-loss test most of it
 FAST_HEALTH_CHECK = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
                      "health_check_failure_threshold": 2}
 
@@ -71,9 +71,9 @@ def test_discovery_counts_alive_gpus_by_accelerator_type(cluster):
         runner.connect(gpus=2, accelerator_type="A100")
 
 
-def test_accelerator_type_runs_one_shard_per_h100_and_records_nodes(cluster, tmp_path):
+def test_accelerator_type_runs_one_shard_per_h100_and_records_nodes(cluster, store):
     _, h100 = cluster
-    store, spec = RunStore(str(tmp_path)), _spec(per_task=2)
+    spec = _spec(per_task=2)
     options = runner.RunOptions(accelerator_type="H100")
     result = runner.submit(spec, store, 2, run_id="h100", options=options)
     assert result.failures == [] and store.manifest("h100")["status"] == "complete"
@@ -86,9 +86,9 @@ def test_accelerator_type_runs_one_shard_per_h100_and_records_nodes(cluster, tmp
     _assert_complete_and_unique(store, "h100", spec, 2)
 
 
-def test_worker_crash_is_retried_without_duplicates(cluster, tmp_path):
+def test_worker_crash_is_retried_without_duplicates(cluster, store, tmp_path):
     marker = tmp_path / "crashed"
-    store, spec = RunStore(str(tmp_path / "runs")), _spec(2, DETRUN_TEST_CRASH_ONCE=str(marker))
+    spec = _spec(2, DETRUN_TEST_CRASH_ONCE=str(marker))
     result = runner.submit(spec, store, 3, run_id="crash")
     assert marker.exists(), "the crash hook did not fire"
     assert result.failures == [] and result.shards_run == 3
@@ -96,11 +96,11 @@ def test_worker_crash_is_retried_without_duplicates(cluster, tmp_path):
     _assert_complete_and_unique(store, "crash", spec, 3)
 
 
-def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path):
+def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, store):
     import ray
     from ray.util import placement_group_table
 
-    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="1")
+    spec = _spec(DETRUN_TEST_SLEEP_S="1")
 
     def interrupt(done, total):
         if done:
@@ -122,8 +122,8 @@ def test_ctrl_c_leaves_an_incomplete_run_that_resume_completes(cluster, tmp_path
     _assert_complete_and_unique(store, "intr", spec, 3)
 
 
-def test_task_timeout_cancels_and_records_the_shard(cluster, tmp_path):
-    store, spec = RunStore(str(tmp_path)), _spec(2, DETRUN_TEST_SLEEP_S="60")
+def test_task_timeout_cancels_and_records_the_shard(cluster, store):
+    spec = _spec(2, DETRUN_TEST_SLEEP_S="60")
     started = time.monotonic()
     result = runner.submit(spec, store, 1, run_id="slow", options=runner.RunOptions(task_timeout=2))
     assert time.monotonic() - started < 30
@@ -131,12 +131,12 @@ def test_task_timeout_cancels_and_records_the_shard(cluster, tmp_path):
     assert store.manifest("slow")["status"] == "incomplete" and store.row_files("slow") == []
 
 
-def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, tmp_path, monkeypatch):
+def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, store, monkeypatch):
     """An H100 node dies while its bundle's first shard runs (each task sleeps 3 s; nothing has finished):
     Ray cannot re-place the bundle (every GPU is in the placement group), so after the grace the runner
     fails that shard and the one queued behind it; the other 4 shards are stored once; resume finishes."""
     c, h100 = cluster
-    store, spec = RunStore(str(tmp_path)), _spec(DETRUN_TEST_SLEEP_S="3")
+    spec = _spec(DETRUN_TEST_SLEEP_S="3")
     removed_at = []
 
     def remove_a_busy_node(done, total):

@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.run.cluster import validate_cluster_yaml
 from detrun.errors import DetrunError
+from tests.helpers import ROOT
 
-YAML = Path(__file__).resolve().parent.parent / "ray_cluster.yaml"
+YAML = ROOT / "ray_cluster.yaml"
 
 
 def _aws_variant(tmp_path: Path) -> Path:
@@ -50,7 +51,7 @@ def test_local_provider_rejects_node_types(tmp_path):
         validate_cluster_yaml(bad)
 
 
-def test_validate_cluster_command(tmp_path):
+def test_validate_cluster_exits_0_on_the_shipped_yaml_and_2_on_a_bad_one(tmp_path):
     ok = CliRunner().invoke(app, ["validate-cluster", str(YAML)])
     assert ok.exit_code == 0 and "valid" in ok.stdout
     (tmp_path / "x.yaml").write_text("provider: {type: local}\n")

@@ -1,17 +1,14 @@
-"""compare over stored runs (made in-process, no Ray): passes, and fails where it must."""
+"""compare over stored runs (made in-process, no Ray): passes, fails where it must, and explains differences
+by the plan (not when strict)."""
+
+import json
 
 import pytest
 
 from detrun.judge.compare import compare_runs
-from detrun.store.runs import RunStore
-from tests.helpers import drop_row, flip_one_ulp, run_inline, small
+from tests.helpers import TINY, drop_row, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
 FAST = dict(modes=["eager"], repeats=2)
-
-
-@pytest.fixture
-def store(tmp_path):
-    return RunStore(str(tmp_path / "runs"))
 
 
 def test_reproducible_run_passes(store):
@@ -68,7 +65,7 @@ def test_split_kv_differs_across_batches_and_says_why(store):
     assert m.out.count > 0 and m.out.max_ulp >= 1
 
 
-def test_runs_compared_across_wrappers(store):
+def test_paged_and_ragged_runs_are_equal_without_a_prefix_and_explained_with_one(store):
     run_inline(store, small(**FAST), "paged")
     run_inline(store, small(env={"SGLANG_FLASHINFER_USE_PAGED": "0"}, **FAST), "ragged")
     cmp = compare_runs(store, ["paged", "ragged"])
@@ -131,3 +128,35 @@ def test_without_stored_tensors_a_flip_still_fails_but_has_no_numbers(store):
     assert cmp.exit_code == 1
     m = next(m for m in cmp.mismatches if m.request == "target")
     assert m.out is None and m.label == "unexplained"
+
+
+def test_a_batch_difference_under_another_plan_is_explained_and_fails_when_strict(store):
+    run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4}), "split")
+    cmp = compare_runs(store, ["split"])
+    batch = [v for v in cmp.verdicts if v.axis == "batch" and v.request == "target"][0]
+    assert batch.status == "explained" and not cmp.failed
+    assert any(m.label == "explained by plan: kv_chunk_size" for m in cmp.mismatches)
+    assert compare_runs(store, ["split"], strict=True).exit_code == 1
+
+
+def test_a_flipped_bit_or_the_canary_is_unexplained_and_fails(store):
+    run_inline(store, small(), "flip")
+    run_inline(store, small(reference={"variant": "canary"}), "canary")
+    flip_one_ulp(store, "flip", is_alone_target)
+    for run in ("flip", "canary"):
+        cmp = compare_runs(store, [run])
+        assert cmp.exit_code == 1
+        assert any(m.label == "unexplained" for m in cmp.mismatches)
+
+
+def test_equal_bits_under_different_plans_pass_with_a_note(store):
+    run_inline(store, small(**TINY), "run")
+
+    def replan(row):
+        if row["case"] == "mixed":
+            row["plan"] = json.dumps(dict(json.loads(row["plan"]), kv_tile=128))
+
+    rewrite_rows(store, "run", replan)
+    cmp = compare_runs(store, ["run"])
+    assert not cmp.failed
+    assert any("although plans differ" in n and "plan.kv_tile: 64 vs 128" in n for n in cmp.notes)

@@ -7,13 +7,7 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.judge.compare import compare_runs
 from detrun.store.runs import RunStore, run_dirs
-from tests.helpers import flip_one_ulp, run_inline, small
-
-TINY = dict(repeats=1, modes=["eager"])
-
-
-def _target(row):
-    return row["case"] == "alone" and row["request"] == "target"
+from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
 
 def _compare(*args):
@@ -24,7 +18,7 @@ def test_run_directories_from_two_roots_are_each_read(tmp_path):
     one, two = RunStore(str(tmp_path / "one")), RunStore(str(tmp_path / "two"))
     run_inline(one, small(**TINY), "a")
     run_inline(two, small(**TINY), "b")
-    flip_one_ulp(one, "a", _target)  # the tampered run sits in the first root
+    flip_one_ulp(one, "a", is_alone_target)  # the tampered run sits in the first root
     out = _compare(str(tmp_path / "one" / "a"), str(tmp_path / "two" / "b"))
     assert out.exit_code == 1 and "a:alone/target/eager/r0/g0" in out.output
     assert _compare(str(tmp_path / "two" / "b"), str(tmp_path / "one" / "a")).exit_code == 1
@@ -40,27 +34,25 @@ def test_two_runs_with_one_id_stay_two_runs(tmp_path):
     cmp = compare_runs(store, labels)
     assert cmp.exit_code == 0 and not cmp.duplicates and cmp.runs == [a, b]
     assert any(v.axis == "run" and v.status == "equal" for v in cmp.verdicts)
-    flip_one_ulp(two, "night", _target)
+    flip_one_ulp(two, "night", is_alone_target)
     flipped = compare_runs(*run_dirs("runs", [a, b]))
     assert flipped.exit_code == 1 and not flipped.duplicates
     assert any(m.axis == "run" and m.b.startswith(f"{b}:") for m in flipped.mismatches)
 
 
-def test_the_same_run_twice_is_refused(tmp_path):
-    store = RunStore(str(tmp_path / "runs"))
+def test_the_same_run_twice_is_refused(store, tmp_path):
     run_inline(store, small(**TINY), "a")
     out = _compare("a", "a", "--runs-root", store.root)
     assert out.exit_code == 2 and "the same run is given twice" in out.output
     assert _compare("a", str(tmp_path / "runs" / "a"), "--runs-root", store.root).exit_code == 2
 
 
-def test_a_renamed_run_directory_is_its_own_run(tmp_path):
-    store = RunStore(str(tmp_path / "runs"))
+def test_a_renamed_run_directory_is_its_own_run(store, tmp_path):
     run_inline(store, small(**TINY), "a")
     shutil.copytree(tmp_path / "runs" / "a", tmp_path / "runs" / "a-copy")
     cmp = compare_runs(store, ["a", "a-copy"])
     assert cmp.exit_code == 0 and not cmp.duplicates and not cmp.missing
     assert sum(v.groups for v in cmp.verdicts if v.axis == "run") > 0
-    flip_one_ulp(store, "a-copy", _target)
+    flip_one_ulp(store, "a-copy", is_alone_target)
     bad = compare_runs(store, ["a", "a-copy"])
     assert bad.exit_code == 1 and any(m.b.startswith("a-copy:") for m in bad.mismatches if m.axis == "run")

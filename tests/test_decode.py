@@ -8,11 +8,9 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 import yaml
 
 from detrun.kernels.backends.base import AttentionBackend
@@ -28,24 +26,11 @@ from detrun.present.report import build_report
 from detrun.run.shrink import failing_pair, inline_trial, shrink
 from detrun.spec.model import load_spec, spec_from_dict
 from detrun.run.worker import run_shard
-from tests.helpers import drop_row, flip_one_ulp, rewrite_rows, run_inline, small
+from tests.helpers import ROOT, drop_row, flip_one_ulp, rewrite_rows, run_inline, small, stored_tensor
 from tests.procs import end_session
 
-ROOT = Path(__file__).resolve().parent.parent
 JOB = str(ROOT / "jobs" / "decode.yaml")
 BOTH = dict(phases=["prefill", "decode"], modes=["eager"])
-_TORCH = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-_INT = {2: torch.int16, 4: torch.int32}
-
-
-def _tensor(store, run_id, row, which="out"):
-    """A row's stored tensor, rebuilt from its blob."""
-    raw = bytearray(store.read_blob([run_id], row[f"{which}_digest"]))
-    dtype = _TORCH[row[f"{which}_dtype"]]
-    return torch.frombuffer(raw, dtype=_INT[torch.empty(0, dtype=dtype).element_size()]).view(dtype).reshape(
-        row[f"{which}_shape"])
-
-
 def _rows(store, run_id):
     return {r["key"]: r for r in store.read_rows([run_id]).to_pylist()}
 
@@ -84,9 +69,9 @@ def test_decode_rows_carry_phase_and_last_token_digests(store):
     assert prefill["path"] == "paged" and decode["path"] == "decode"
     assert prefill["out_shape"] == [5, 4, 32] and decode["out_shape"] == [1, 4, 32] and decode["lse_shape"] == [1, 4]
     # prefill: the digest of its last query row alone; decode: its only row, so its whole digest
-    out = _tensor(store, "run", prefill)
+    out = stored_tensor(store, "run", prefill)
     assert prefill["last_out_digest"] == tensor_digest(out[-1:]) != prefill["out_digest"]
-    assert prefill["last_lse_digest"] == tensor_digest(_tensor(store, "run", prefill, "lse")[-1:])
+    assert prefill["last_lse_digest"] == tensor_digest(stored_tensor(store, "run", prefill, "lse")[-1:])
     assert (decode["last_out_digest"], decode["last_lse_digest"]) == (decode["out_digest"], decode["lse_digest"])
     # the exact reference: decode of the last token carries prefill's bits for it
     assert decode["out_digest"] == prefill["last_out_digest"] and decode["lse_digest"] == prefill["last_lse_digest"]

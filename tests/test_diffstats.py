@@ -82,3 +82,17 @@ def test_a_zero_is_on_the_side_of_the_value_it_is_compared_with(dtype, zero):
 def test_nan_against_a_number_counts_with_an_infinite_abs_difference():
     s = diff_stats(raw([1.0, 2.0], "bfloat16"), raw([1.0, math.nan], "bfloat16"), "bfloat16", (2,))
     assert (s.count, s.straddle, s.first_index) == (1, 0, (1,)) and s.max_abs == np.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_diff_stats_one_ulp(dtype):
+    t = torch.randn(4, 6).to(dtype)
+    bits = {2: torch.int16, 4: torch.int32}[t.element_size()]
+    other = t.clone()
+    other.view(bits)[2, 3] += 1
+    raw = lambda x: x.view(bits).numpy().tobytes()  # noqa: E731
+    name = str(dtype).removeprefix("torch.")
+    stats = diff_stats(raw(t), raw(other), name, (4, 6))
+    assert (stats.count, stats.max_ulp, stats.first_index) == (1, 1, (2, 3))
+    assert stats.max_abs == pytest.approx(abs(float(other[2, 3]) - float(t[2, 3])))
+    assert diff_stats(raw(t), raw(t), name, (4, 6)).count == 0

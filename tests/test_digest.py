@@ -19,6 +19,17 @@ def test_digest_bits_are_pinned():
     assert tensor_digest(t) == "fec70df349bfc4e43d37ea2a8cbc2850"
 
 
+def test_digest_sees_one_bit_dtype_and_shape():
+    t = torch.randn(64, 8, dtype=torch.float32).to(torch.bfloat16)
+    d = tensor_digest(t)
+    assert d == tensor_digest(t.clone())
+    flipped = t.clone()
+    flipped.view(torch.int16)[3, 5] ^= 1
+    assert tensor_digest(flipped) != d
+    assert tensor_digest(t.reshape(8, 64)) != d
+    assert tensor_digest(t.view(torch.float16)) != d
+
+
 def test_split_digests_are_the_digests_of_the_slices():
     t = torch.randn(10, 3, 4).to(torch.bfloat16)
     bounds = [0, 2, 2, 7, 10]
@@ -78,7 +89,7 @@ def test_triton_kernel_gives_the_torch_bits_in_the_interpreter():
     assert "checked 8" in out.stdout
 
 
-def test_implementation_choice(monkeypatch):
+def test_the_cpu_takes_the_torch_path_unless_detrun_digest_says_triton(monkeypatch):
     from detrun.kernels import digest
 
     cpu = torch.zeros(4)

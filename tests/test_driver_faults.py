@@ -13,9 +13,8 @@ import time
 
 import pytest
 import yaml
-
-from helpers import small
-from procs import ROOT, detrun, end_session, names, session_processes
+from tests.helpers import ROOT, small
+from tests.procs import detrun, end_session, names, session_processes
 
 pytestmark = pytest.mark.slow
 HEARTBEAT_S = 1.0

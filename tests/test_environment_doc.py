@@ -3,7 +3,8 @@
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 NAME = re.compile(r"\bDETRUN_[A-Z0-9_]*[A-Z0-9]\b")
 
 

@@ -9,19 +9,16 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError, Terminated
 from detrun.paths import write_output
 from detrun.store.runs import RunStore
-from tests.helpers import cli_main as _main, flip_one_ulp, one_line as _one_line, run_inline, small
+from tests.helpers import ROOT, cli_main as _main, flip_one_ulp, job_file, one_line as _one_line, run_inline, small
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(modes=["eager"], repeats=2)
 
 
@@ -37,12 +34,6 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture
-def no_ray(monkeypatch):
-    """Fails the test (exit 3, not 2) if a command gets as far as connecting to Ray."""
-    monkeypatch.setattr("detrun.run.runner.connect", _must_not_run)
-
-
-@pytest.fixture
 def no_compare(monkeypatch):
     monkeypatch.setattr("detrun.judge.baseline.comparison", _must_not_run)
 
@@ -52,9 +43,7 @@ def _must_not_run(*args, **kwargs):
 
 
 def _job(tmp_path, **overrides) -> str:
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(small(**dict(TINY, **overrides))))
-    return str(path)
+    return job_file(tmp_path, **dict(TINY, **overrides))
 
 
 # -- the policy

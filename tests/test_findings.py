@@ -16,21 +16,13 @@ from detrun.judge.findings import FAIL, WARN
 from detrun.fingerprint import fingerprint_of
 from detrun.judge.history import history
 from detrun.present.junit import junit_xml
-from detrun.present.render import print_comparison, print_history
+from detrun.present.render import print_history
 from detrun.present.report import build_report
-from tests.helpers import drop_row, flip_one_ulp, run_inline, small
+from tests.helpers import drop_row, flip_one_ulp, junit_text, rewrite_rows, run_inline, small, terminal_text
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)
 RAGGED_KERNEL = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<128>"
 PAGED_KERNEL = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128>"
-
-
-def rewrite(store, run_id, change, extra=()):
-    """change(row) on every row (returning False drops it); extra rows are appended to the first file."""
-    for n, path in enumerate(store.row_files(run_id)):
-        rows = [r for r in pq.read_table(path).to_pylist() if change(r) is not False]
-        rows += [dict(r) for r in extra] if n == 0 else []
-        store.write_rows(run_id, path.rsplit("part-", 1)[1].removesuffix(".parquet"), rows)
 
 
 def _is(case, request, repeat=None):
@@ -60,22 +52,8 @@ def damaged_night(store):
         row["flashinfer"] = "0.7.2"  # no baseline with this fingerprint: the nearest is provisional
         row["fingerprint"] = fingerprint_of(row)
 
-    rewrite(store, "night", tamper, extra=[dup])
+    rewrite_rows(store, "night", tamper, extra=[dup])
     store.finish_run("night", "incomplete")
-
-
-def _terminal(cmp):
-    console = Console(record=True, width=400, color_system=None)
-    print_comparison(cmp, console, details=100)
-    return console.export_text()
-
-
-def _junit_text(cmp):
-    root = ET.fromstring(junit_xml(cmp))
-    parts = []
-    for el in root.iter():
-        parts += [el.text or "", *el.attrib.values()]
-    return "\n".join(parts)
 
 
 def test_every_finding_reaches_every_presenter(store):
@@ -86,7 +64,7 @@ def test_every_finding_reaches_every_presenter(store):
     assert kinds >= {"broken_claim", "differs", "explained", "backend_changed", "missing", "duplicate", "error",
                      "audit", "provisional_baseline", "known_bug", "skipped", "incomplete_run", "note",
                      "not_audited"}, kinds
-    terminal, junit, html = _terminal(cmp), _junit_text(cmp), build_report(store, cmp)
+    terminal, junit, html = terminal_text(cmp), junit_text(cmp), build_report(store, cmp)
     for f in verdict.findings:
         assert f.title in terminal, (f.kind, f.title)
         assert f.title in junit, (f.kind, f.title)
@@ -113,7 +91,7 @@ def test_history_counts_every_failing_and_warning_kind(store):
 
 def test_audit_failure_and_broken_claim_in_junit_and_html(store):
     run_inline(store, small(expect={"batch": "bitwise"}, **SPLIT), "run")
-    rewrite(store, "run", lambda r: r.update(kernels=[RAGGED_KERNEL]) if r["key"] == "alone/target/eager/r0/g0" else None)
+    rewrite_rows(store, "run", lambda r: r.update(kernels=[RAGGED_KERNEL]) if r["key"] == "alone/target/eager/r0/g0" else None)
     cmp = compare_runs(store, ["run"])
     root = ET.fromstring(junit_xml(cmp))
     failures = {(c.get("classname"), c.find("failure").get("message")) for c in root.iter("testcase")
@@ -129,7 +107,7 @@ def test_baseline_that_ran_another_backend_fails_whatever_the_claims(store):
     run_inline(store, small(repeats=1, modes=["eager"]), "base")
     run_inline(store, small(repeats=1, modes=["eager"]), "night")
     set_baseline(store, "base")
-    rewrite(store, "base", lambda r: r.update(backend="flashinfer", attn="fa2"))  # the golden run was a GPU run
+    rewrite_rows(store, "base", lambda r: r.update(backend="flashinfer", attn="fa2"))  # the golden run was a GPU run
     checks = Checks(baseline=True, expect=dict.fromkeys(("repeat", "gpu", "mode", "batch", "run"), "ignore"))
     verdict = compare_with_baseline(store, "night", checks).verdict
     (changed,) = verdict.of("backend_changed")
@@ -147,7 +125,7 @@ def test_nearest_fingerprint_baseline_is_provisional(store):
         row["flashinfer"] = "0.7.2"
         row["fingerprint"] = fingerprint_of(row)
 
-    rewrite(store, "night", upgrade)
+    rewrite_rows(store, "night", upgrade)
     cmp = compare_with_baseline(store, "night", Checks(baseline=True))
     (prov,) = cmp.verdict.of("provisional_baseline")
     assert prov.title.startswith("provisional: no baseline for fingerprint ") and "differs in flashinfer ( vs 0.7.2)" \
@@ -171,18 +149,18 @@ def test_no_baseline_fails_only_when_required(store):
 def test_audit_coverage_is_counted_per_plan_with_the_reason(store):
     split = dict(repeats=2, modes=["eager"], reference={"variant": "split_kv", "kv_tile": 4})  # a plan per batch
     run_inline(store, small(flashinfer={"profile_kernels": False}, **split), "unprofiled")
-    rewrite(store, "unprofiled", lambda r: r.update(backend="flashinfer", kernels=[]))
+    rewrite_rows(store, "unprofiled", lambda r: r.update(backend="flashinfer", kernels=[]))
     verdict = compare_runs(store, ["unprofiled"]).verdict
     (gap,) = verdict.of("not_audited")  # 5 cases, 4 plans: alone and prefix_alone plan alike
     assert gap.title == "4 plans not audited: profile_kernels: false" and len(gap.items) == 4
     assert "audit 0/4 plans" in verdict.headline and verdict.exit_code == 0
     run_inline(store, small(**split), "profiled")
     # as a task profiles: the first cell of each plan (repeat 0; prefix_alone's plan was met in alone)
-    rewrite(store, "profiled", lambda r: r.update(
+    rewrite_rows(store, "profiled", lambda r: r.update(
         backend="flashinfer", kernels=[PAGED_KERNEL] * (r["repeat"] == 0 and r["case"] != "prefix_alone")))
     covered = compare_runs(store, ["profiled"]).verdict
     assert not covered.of("not_audited") and "audit 4/4 plans" in covered.headline
-    rewrite(store, "profiled", lambda r: r.update(kernels=[]) if r["case"] == "mixed" else None)
+    rewrite_rows(store, "profiled", lambda r: r.update(kernels=[]) if r["case"] == "mixed" else None)
     (one,) = compare_runs(store, ["profiled"]).verdict.of("not_audited")
     assert one.title == "1 plans not audited: no kernels recorded (profile_repeats: 1)"
     plan = one.items[0].split(" plan ")[1].split()[0]

@@ -16,8 +16,7 @@ from detrun.kernels.backends.flashinfer import decode_plan_of
 from detrun.kernels.backends.plan_layouts import DECODE_PLAN_FIELDS, FA2_PLAN_FIELDS, PLAN_UNKNOWN
 from detrun.kernels.inputs import build_batch
 from detrun.spec.model import spec_from_dict
-from tests.helpers import FakeGraph, small
-from tests.test_flashinfer_wrappers import Paged, Ragged
+from tests.helpers import FakeGraph, FakePaged, FakeRagged, small
 
 CHUNK_AT = 8  # where the fake plans write kv_chunk_size in the pinned int workspace
 
@@ -107,8 +106,8 @@ FIVE = {"crowd5": ["target", "decode", "short"], "crowd6": ["short", "target", "
 @pytest.fixture
 def backend(monkeypatch):
     fake = types.SimpleNamespace(
-        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=Paged,
-        BatchPrefillWithRaggedKVCacheWrapper=Ragged, BatchDecodeWithPagedKVCacheWrapper=Decode,
+        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=FakePaged,
+        BatchPrefillWithRaggedKVCacheWrapper=FakeRagged, BatchDecodeWithPagedKVCacheWrapper=Decode,
         fast_decode_plan=fast_decode_plan)
     monkeypatch.setitem(sys.modules, "flashinfer", fake)
     monkeypatch.setattr(base, "capture", FakeGraph)
@@ -236,7 +235,7 @@ def test_cuda_core_decode_refuses_split_knobs_it_would_ignore(backend):
     ({"qo": 8, "kv": 2}, "bf16", "false", None, False),
     ({"qo": 8, "kv": 2}, "bf16", "true", False, False),  # the spec's knob wins over all
 ])
-def test_tensor_core_rule(backend, heads, dtype, env, choice, expected):
+def test_decode_uses_tensor_cores_by_sglangs_rule(backend, heads, dtype, env, choice, expected):
     spec, be = backend(heads=heads, dtype=dtype, env={"SGLANG_FLASHINFER_USE_TENSOR_CORE": env} if env else None,
                        tensor_cores=choice)
     out = be.forward_decode(build_batch(spec, "alone"), "eager")
@@ -245,7 +244,7 @@ def test_tensor_core_rule(backend, heads, dtype, env, choice, expected):
     assert ("cta_tile_q" in out.plan) is expected  # tensor cores hold an FA2 prefill plan
 
 
-def test_decode_kernel_audit():
+def test_decode_rows_pass_the_audit_with_either_decode_kernel_and_fail_with_none_both_or_a_ragged_one():
     prefill = "flashinfer::BatchPrefillWithPagedKVCacheKernel<...>"
     decode = "flashinfer::BatchDecodeWithPagedKVCacheKernel<...>"
     merge = "flashinfer::VariableLengthMergeStatesKernel<...>"

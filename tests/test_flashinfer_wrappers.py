@@ -15,43 +15,17 @@ from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
 from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
 from detrun.kernels.inputs import build_batch
 from detrun.spec.model import spec_from_dict
-from tests.helpers import FakeGraph, small
-
-
-class _Wrapper:
-    made = []
-
-    def __init__(self, workspace, layout, use_cuda_graph=False, backend="auto", **buffers):
-        self.graph, self._backend, self.plans, self._plan_info = use_cuda_graph, backend, 0, []
-        _Wrapper.made.append(self)
-
-    def plan(self, *args, **kwargs):
-        self.plans += 1
-        self.causal = kwargs.get("causal")
-        self._plan_info = [0] * len(FA2_PLAN_FIELDS)  # an FA2 plan of the pinned version's layout
-
-    def run(self, q, *kv, out, lse, return_lse):
-        out.copy_(q.to(out.dtype))  # deterministic, written in full
-        lse.copy_(q.float().sum(-1))
-        return out, lse
-
-
-class Paged(_Wrapper):
-    pass
-
-
-class Ragged(_Wrapper):
-    pass
+from tests.helpers import FakeGraph, FakePaged, FakePrefillWrapper, FakeRagged, small
 
 
 @pytest.fixture
 def backend(monkeypatch):
     fake = types.SimpleNamespace(
-        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=Paged,
-        BatchPrefillWithRaggedKVCacheWrapper=Ragged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
+        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=FakePaged,
+        BatchPrefillWithRaggedKVCacheWrapper=FakeRagged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
     monkeypatch.setitem(sys.modules, "flashinfer", fake)
     monkeypatch.setattr(base, "capture", FakeGraph)
-    FakeGraph.captures, _Wrapper.made = 0, []
+    FakeGraph.captures, FakePrefillWrapper.made = 0, []
 
     def make(paged: bool, **opts):
         monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")
@@ -65,15 +39,15 @@ def backend(monkeypatch):
 
 def test_graph_wrappers_built_once_and_replanned_every_replay(backend):
     spec, be = backend(paged=True)
-    eager = list(_Wrapper.made)  # the backend's two eager wrappers
+    eager = list(FakePrefillWrapper.made)  # the backend's two eager wrappers
     batch = build_batch(spec, "alone")
     outs = [be.forward(batch, "cudagraph", repeat=r) for r in range(3)]
-    graph = [w for w in _Wrapper.made if w.graph]
-    assert len(graph) == 1 and isinstance(graph[0], Paged) and graph[0].plans == 3
+    graph = [w for w in FakePrefillWrapper.made if w.graph]
+    assert len(graph) == 1 and isinstance(graph[0], FakePaged) and graph[0].plans == 3
     assert FakeGraph.captures == 1 and outs[0].path == PATH_PAGED
     assert all(torch.equal(o.out, outs[0].out) for o in outs)
     be.forward(batch, "eager")
-    assert len(_Wrapper.made) == 3 and eager[0].plans == 1  # eager: the shared paged wrapper, re-planned
+    assert len(FakePrefillWrapper.made) == 3 and eager[0].plans == 1  # eager: the shared paged wrapper, re-planned
 
 
 def test_ragged_prefix_path_plans_both_graph_wrappers_each_time(backend):
@@ -81,14 +55,15 @@ def test_ragged_prefix_path_plans_both_graph_wrappers_each_time(backend):
     batch = build_batch(spec, "prefix_alone")
     for r in range(2):
         out = be.forward(batch, "cudagraph", repeat=r)
-    graph = [w for w in _Wrapper.made if w.graph]
-    assert out.path == PATH_RAGGED_PREFIX and sorted(type(w).__name__ for w in graph) == ["Paged", "Ragged"]
+    graph = [w for w in FakePrefillWrapper.made if w.graph]
+    assert out.path == PATH_RAGGED_PREFIX and sorted(type(w).__name__ for w in graph) == ["FakePaged", "FakeRagged"]
     assert [w.plans for w in graph] == [2, 2] and FakeGraph.captures == 1
-    prefix = next(w for w in graph if isinstance(w, Paged))
+    prefix = next(w for w in graph if isinstance(w, FakePaged))
     assert prefix.causal is False  # the prefix part attends to all of the cached prefix
     assert set(out.plan) == {p + k for p in ("", "prefix.") for k in ("backend",) + FA2_PLAN_KEEP}
     be.forward(build_batch(spec, "alone"), "cudagraph")
-    assert FakeGraph.captures == 2 and len([w for w in _Wrapper.made if w.graph]) == 3  # another case: its own
+    graphs = [w for w in FakePrefillWrapper.made if w.graph]
+    assert FakeGraph.captures == 2 and len(graphs) == 3  # another case: its own
 
 
 def _plan_per_batch_size(self, qo_indptr, *args, **kwargs):
@@ -99,7 +74,7 @@ def _plan_per_batch_size(self, qo_indptr, *args, **kwargs):
 
 
 def test_kernels_are_profiled_once_per_distinct_path_and_plan(backend, monkeypatch):
-    monkeypatch.setattr(_Wrapper, "plan", _plan_per_batch_size)
+    monkeypatch.setattr(FakePrefillWrapper, "plan", _plan_per_batch_size)
 
     def profiler(be):
         calls = []

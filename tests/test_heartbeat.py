@@ -18,8 +18,7 @@ from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore
-
-from helpers import run_inline, small
+from tests.helpers import run_inline, small
 
 NOW = 1_000_000.0
 

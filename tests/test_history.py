@@ -1,12 +1,12 @@
-"""History per job: a case is compared only with earlier runs of the same job; damaged runs are listed."""
+"""History per job: a case is compared only with earlier runs of the same job, and the first run where it
+differs is named; damaged runs are listed and the rest still shown."""
 
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.judge.history import history, job_of
-from tests.helpers import flip_one_ulp, run_inline, small
+from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
-TINY = dict(repeats=1, modes=["eager"])
 # two jobs that share case `alone` and request `target`, with different lengths
 OTHER = dict(name="other", requests={"target": {"qo_len": 33}}, cases={"alone": ["target"]}, repeats=2,
              modes=["eager"])
@@ -53,3 +53,15 @@ def test_damaged_runs_are_listed_and_the_rest_still_shown(store, tmp_path):
     assert listed.exit_code == 0
     lines = {ln.split()[0]: ln for ln in listed.output.splitlines()}
     assert set(lines) == {"n1", "n2", "n3", "n4"} and "damaged" in lines["n3"] and "complete" in lines["n4"]
+
+
+def test_history_names_first_differing_run(store):
+    ids = [run_inline(store, small(**TINY), f"night-{i}") for i in range(1, 6)]
+    flip_one_ulp(store, ids[2], is_alone_target)
+    hist = history(store)
+    assert [r.run_id for r in hist.runs] == ids
+    assert [r.verdict for r in hist.runs] == ["pass", "pass", "FAIL", "pass", "pass"]
+    assert hist.runs[2].differs == 1 and hist.runs[0].rows == hist.runs[0].ok == 11
+    assert [str(d) for d in hist.drifts] == [
+        f"{hist.runs[0].job} alone/target/eager [{hist.runs[0].fingerprints[0]}]: first differs at run 3 "
+        "(night-3), against run 1 (night-1)"]

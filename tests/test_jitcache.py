@@ -17,8 +17,7 @@ from detrun.run.jitcache import JitCache, JitKey, pack
 from detrun.spec.matrix import Shard
 from detrun.stages import JIT_RESTORE, JIT_SAVE, Stages
 from detrun.store.runs import RunStore
-from tests.conftest import JOBS
-from tests.helpers import small
+from tests.helpers import JOBS, small
 
 MODULE = "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_head_dim_qk_128_posenc_0"
 

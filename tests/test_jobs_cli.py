@@ -14,10 +14,8 @@ from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.run.runner import missing_shards
 from detrun.store.runs import RunStore
+from tests.helpers import ROOT, run_inline, small
 
-from helpers import run_inline, small
-
-ROOT = Path(__file__).resolve().parent.parent
 ADDRESS = "http://head:8265"
 
 
@@ -74,39 +72,37 @@ def test_auth_required_is_one_line_naming_the_variables(client, tmp_path):
     assert res.stderr.count("\n") == 1 and "RAY_AUTH_MODE=token" in res.stderr and "RAY_AUTH_TOKEN" in res.stderr
 
 
-def test_status_and_logs_of_a_submitted_run(client, tmp_path):
-    store = RunStore(str(tmp_path))
+def test_status_and_logs_of_a_submitted_run(client, store):
     run_inline(store, small(repeats=1), "r1")
     store.record_submission("r1", ADDRESS, "detrun-r1")
     info = client.return_value.get_job_info.return_value
     info.status, info.message = "SUCCEEDED", "Job finished successfully."
     client.return_value.get_job_logs.return_value = "driver says hi\n"
 
-    res = _invoke("status", "r1", "--runs-root", str(tmp_path))
+    res = _invoke("status", "r1", "--runs-root", store.root)
     assert res.exit_code == 0, res.output
     assert "run r1: complete" in res.stdout and "shards missing: 0" in res.stdout
     assert "job detrun-r1 at http://head:8265: SUCCEEDED: Job finished successfully." in res.stdout
     client.return_value.get_job_info.assert_called_with("detrun-r1")
-    res = _invoke("logs", "r1", "--runs-root", str(tmp_path))
+    res = _invoke("logs", "r1", "--runs-root", store.root)
     assert res.exit_code == 0 and res.stdout == "driver says hi\n"
 
 
-def test_logs_of_a_run_not_submitted_through_jobs(tmp_path):
-    run_inline(RunStore(str(tmp_path)), small(repeats=1), "r1")
-    res = _invoke("logs", "r1", "--runs-root", str(tmp_path))
+def test_logs_of_a_run_not_submitted_through_jobs(store):
+    run_inline(store, small(repeats=1), "r1")
+    res = _invoke("logs", "r1", "--runs-root", store.root)
     assert res.exit_code == 2 and "not submitted through the Ray Jobs API" in res.stderr
 
 
-def test_truncated_parquet_is_named_and_resume_reruns_it(tmp_path):
-    store = RunStore(str(tmp_path))
+def test_truncated_parquet_is_named_and_resume_reruns_it(store):
     run_inline(store, small(repeats=2, repeats_per_task=1), "r1")
     victim = store.row_files("r1")[1]
     Path(victim).write_bytes(Path(victim).read_bytes()[:100])
     with pytest.raises(DetrunError, match=f"{victim}: corrupt or truncated Parquet"):
         store.read_rows(["r1"])
-    res = _invoke("compare", "r1", "--runs-root", str(tmp_path))
+    res = _invoke("compare", "r1", "--runs-root", store.root)
     assert res.exit_code == 2 and victim in res.stderr
     _, missing = missing_shards(store, "r1")
     assert [f"part-{s.shard_id}.parquet" for s in missing] == [Path(victim).name]
-    res = _invoke("status", "r1", "--runs-root", str(tmp_path))
+    res = _invoke("status", "r1", "--runs-root", store.root)
     assert "shards missing: 1" in res.stdout and "detrun submit --resume r1" in res.stdout

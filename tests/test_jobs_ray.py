@@ -12,8 +12,7 @@ import time
 import pytest
 
 from detrun.store.runs import RunStore
-
-from procs import RayHead, detrun
+from tests.procs import RayHead, detrun
 
 pytestmark = pytest.mark.slow
 JOB_TIMEOUT_S = 180

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 PACKAGE = ROOT / "detrun"
 
 # The modules beside cli.py that every part shares; they import no part. A new flat module must be added

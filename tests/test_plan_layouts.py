@@ -22,10 +22,10 @@ from detrun.judge.history import history
 from detrun.present.junit import junit_xml
 from detrun.present.render import print_history
 from detrun.present.report import build_report
-from tests.helpers import cli_main, flip_one_ulp, run_inline, small
-from tests.test_findings import SPLIT, _junit_text, _terminal, rewrite
+from tests.helpers import cli_main, flip_one_ulp, junit_text, rewrite_rows, run_inline, small, terminal_text
 
 VERSIONS = ("0.6.7.post3", "0.7.2.post1")
+SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)
 CHUNK_AT = 4096  # kv_chunk_size_ptr_offset in the fake vectors: the pinned int workspace holds 512 there
 
 
@@ -94,7 +94,7 @@ def _presenters(store, cmp):
     """Terminal, JUnit, HTML and the history line of run `b` all show the plan_unknown finding."""
     (found,) = cmp.verdict.of("plan_unknown")
     assert found.severity == WARN and found.title.endswith(f"rows with a plan detrun cannot read: {WHY}")
-    assert found.title in _terminal(cmp) and found.title in _junit_text(cmp)
+    assert found.title in terminal_text(cmp) and found.title in junit_text(cmp)
     assert escape(found.title) in build_report(store, cmp)
     (b,) = [r for r in history(store).runs if r.run_id == "b"]
     console = Console(record=True, width=400, color_system=None)
@@ -108,7 +108,7 @@ def _presenters(store, cmp):
 def test_rows_with_unknown_plans_that_differ_fail_in_every_presenter(store, capsys):
     run_inline(store, small(repeats=1, modes=["eager"]), "a")
     run_inline(store, small(repeats=1, modes=["eager"]), "b")
-    rewrite(store, "b", unknown())
+    rewrite_rows(store, "b", unknown())
     flip_one_ulp(store, "b", lambda r: r["key"] == "alone/target/eager/r0/g0")
     cmp = compare_runs(store, ["a", "b"], expect={"run": "explained"})
     found = _presenters(store, cmp)
@@ -129,7 +129,7 @@ def test_rows_with_unknown_plans_that_differ_fail_in_every_presenter(store, caps
 def test_equal_bits_with_unknown_plans_pass_but_the_finding_is_shown(store):
     run_inline(store, small(repeats=1, modes=["eager"]), "a")
     run_inline(store, small(repeats=1, modes=["eager"]), "b")
-    rewrite(store, "b", unknown())
+    rewrite_rows(store, "b", unknown())
     cmp = compare_runs(store, ["a", "b"])
     found = _presenters(store, cmp)
     assert cmp.exit_code == 0 and not cmp.verdict.of("differs") and len(found.items) == 11
@@ -141,7 +141,7 @@ def test_an_unknown_plan_no_longer_explains_a_batch_difference(store):
     run_inline(store, small(modes=["eager"], **SPLIT), "b")  # batch differences explained by kv_chunk_size
     before = compare_runs(store, ["b"])
     assert before.exit_code == 0 and before.verdict.of("explained") and not before.verdict.of("differs")
-    rewrite(store, "b", unknown(lambda r: r["case"] == "mixed"))
+    rewrite_rows(store, "b", unknown(lambda r: r["case"] == "mixed"))
     after = compare_runs(store, ["b"])
     assert after.exit_code == 1 and {f.axis for f in after.verdict.of("differs")} == {"batch"}
     assert {f.request for f in after.verdict.of("differs")} == {"target"}  # target is in alone and mixed

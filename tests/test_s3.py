@@ -11,9 +11,7 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.store.runs import RunStore
-from tests.helpers import cli_main, one_line, run_inline, small
-
-TINY = dict(repeats=1, modes=["eager"])
+from tests.helpers import TINY, cli_main, one_line, run_inline, small
 
 
 def _bucket(root: str) -> str:

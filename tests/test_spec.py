@@ -11,7 +11,7 @@ from tests.helpers import SMALL, small
 
 
 @pytest.mark.parametrize("job", ["jobs/paged.yaml", "jobs/ragged.yaml", "jobs/nightly.yaml"])
-def test_shipped_jobs_load(job):
+def test_shipped_jobs_load_with_their_paged_flag(job):
     spec = load_spec(job)
     assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is (job != "jobs/ragged.yaml")
     assert len(spec.members("mixed_decode")) == 17
@@ -44,7 +44,7 @@ def test_bad_spec_names_field(change, needle):
 
 
 @pytest.mark.parametrize("word, value", [("yes", True), ("Y", True), ("0", False), ("false", False)])
-def test_envbool_words(word, value):
+def test_env_flag_words_read_as_booleans(word, value):
     spec = spec_from_dict(small(env={"SGLANG_FLASHINFER_USE_PAGED": word}))
     assert spec.bool_flags["SGLANG_FLASHINFER_USE_PAGED"] is value
 
@@ -71,7 +71,7 @@ def test_bad_file_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_unparsable_and_missing_files(tmp_path):
+def test_unparsable_and_missing_job_files_are_named(tmp_path):
     bad = tmp_path / "b.yaml"
     bad.write_text("name: [unclosed\n")
     with pytest.raises(DetrunError, match="not valid YAML at line"):
@@ -80,16 +80,16 @@ def test_unparsable_and_missing_files(tmp_path):
         load_spec(tmp_path / "none.yaml")
 
 
-def test_matrix_shards_and_expected_cells():
+def test_repeats_split_into_shards_per_slot_and_every_key_is_expected_once():
     spec = spec_from_dict(small(repeats=3, repeats_per_task=2))
     got = shards(spec, 2)
     assert [(s.slot, s.repeats) for s in got] == [(0, (0, 1)), (0, (2,)), (1, (0, 1)), (1, (2,))]
     keys = expected_keys(spec, 2)
-    per_pass = sum(len(spec.members(c)) for c in spec.cases) * len(spec.modes)
-    assert len(keys) == len(set(keys)) == per_pass * 3 * 2
+    # small(): 11 rows a pass (decode's 3 copies counted) x 2 modes x 3 repeats x 2 GPU slots
+    assert len(keys) == len(set(keys)) == 11 * 2 * 3 * 2
 
 
-def test_set_overrides(tmp_path):
+def test_set_overrides_fields_and_names_a_bad_key_or_value(tmp_path):
     spec = load_spec("jobs/paged.yaml", ["name=paged-fa3", "flashinfer.backend=fa3", "repeats=3"])
     assert (spec.name, spec.flashinfer.backend, spec.repeats) == ("paged-fa3", "fa3", 3)
     with pytest.raises(DetrunError, match="expected KEY=VALUE"):

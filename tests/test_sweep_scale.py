@@ -11,7 +11,7 @@ import yaml
 
 from detrun.spec.matrix import cells_for
 from detrun.spec.model import load_spec, spec_from_dict
-from tests.procs import ROOT
+from tests.helpers import ROOT
 
 JOB = ROOT / "bench" / "jobs" / "sweep10k.yaml"
 CPU_SIZE = ["--scale", "0.01", "--length-scale", "0.01", "--set", "heads.qo=4", "--set", "heads.kv=2",

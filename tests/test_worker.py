@@ -1,15 +1,19 @@
-"""One shard in-process: cells that fail become error rows; the shard still returns every row."""
+"""One shard in-process (what a Ray task runs): cells that fail become error rows and the shard still returns
+every row, in cell order; the result is plain values; the next cell is launched before the host waits."""
 
 import pytest
+import torch
 
 from detrun.kernels import digest
 from detrun.kernels.backends.base import KernelTime
 from detrun.kernels.backends.reference import ReferenceBackend
+from detrun.kernels.envinfo import environment
 from detrun.spec.matrix import Shard, cells_for, expected_keys, row_key
 from detrun.run.runner import failure_line
 from detrun.spec.model import spec_from_dict
 from detrun.run.worker import run_shard
-from tests.helpers import small
+from detrun.store.runs import SCHEMA
+from tests.helpers import OK_ROW, ROW_IDENTITY, modules_to_unpickle, not_plain, small
 
 
 def test_a_failing_cell_is_an_error_row_and_the_rest_runs(monkeypatch):
@@ -55,6 +59,22 @@ def test_a_digest_that_cannot_be_read_is_its_cells_error(monkeypatch):
     assert {r["case"] for r in rows if r["status"] == "error"} == {second}
     assert {r["reason"] for r in rows if r["status"] == "error"} == {"RuntimeError: lanes lost"}
     assert len(reads) == len(data["cases"])  # every cell's digests read, the last one after the loop
+
+
+def test_a_shards_result_is_plain_values_with_the_schemas_row_keys():
+    """What a shard task returns is unpickled by the driver, which must not import torch for it: a
+    torch.TorchVersion in a row (== to a str, and a str again once in Parquet) would make it. So the result,
+    as the task returns it (before anything is written), holds only plain values, and each row only columns
+    of the store's schema (the rest take its defaults): its identity, and an ok row its digests and plan."""
+    data = small(repeats=1)  # eager rows ok, cudagraph rows skipped on the CPU
+    out = run_shard(data, Shard(0, (0,)), "plain")
+    assert not_plain(out) == [] and modules_to_unpickle(out) == set()
+    assert all(ROW_IDENTITY <= set(r) <= set(SCHEMA.names) for r in out["rows"])
+    assert all(OK_ROW <= set(r) for r in out["rows"] if r["status"] == "ok")
+    assert sorted(r["key"] for r in out["rows"]) == sorted(expected_keys(spec_from_dict(data), 1))
+    assert {(r["mode"], r["status"]) for r in out["rows"]} == {("eager", "ok"), ("cudagraph", "skipped")}
+    assert {r["torch"] for r in out["rows"]} == {str(torch.__version__)}  # recorded, as a plain str
+    assert not_plain(environment(torch.device("cpu"), {})) == []
 
 
 def test_failure_line_takes_the_cause():
