@@ -87,7 +87,7 @@ def finished_rows(item: Isolated, rows: List[dict]) -> List[dict]:
         if row["status"] == Status.OK:
             row["reason"] = f"{NOT_REPRODUCED}: {item.reason}"
         else:
-            row["status"], row["reason"] = Status.KNOWN_BUG, f"{REPRODUCED}: {row['reason']} ({item.reason})"
+            row["status"], row["reason"] = Status.KNOWN_BUG.value, f"{REPRODUCED}: {row['reason']} ({item.reason})"
     return rows
 
 

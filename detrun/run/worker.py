@@ -185,7 +185,7 @@ class ShardRunner:
         for i, request in enumerate(self.spec.members(cell.case)):
             key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
             row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
-                       repeat=cell.repeat, status=status, reason=reason)
+                       repeat=cell.repeat, status=Status(status).value, reason=reason)  # a plain str
             if output is not None:
                 row.update(digests[i], **ran)
             self.rows.append(row)

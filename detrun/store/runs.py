@@ -130,7 +130,7 @@ def make_row(**fields) -> Dict[str, object]:
             row[f.name] = fields[f.name]
         else:
             row[f.name] = [] if pa.types.is_list(f.type) else ADDED.get(f.name) or _DEFAULTS[f.type]
-    row["status"] = row["status"] or Status.OK
+    row["status"] = Status(row["status"] or Status.OK).value  # a plain str: rows cross Ray as plain values
     return row
 
 

@@ -1,7 +1,8 @@
 """The statuses a row and a run are stored with: one type each, whose members are the stored strings.
 
-Both are str subclasses: a member equals (and is stored, hashed, formatted and pickled as) its string,
-so `row["status"] == Status.OK` holds for a row read back from Parquet, and the files keep the strings.
+Both are str subclasses: a member equals (and is hashed and formatted as) its string, so
+`row["status"] == Status.OK` holds for a row read back from Parquet, and the files keep the strings. A
+member pickles as the Enum, though: rows carry `.value` (a plain str), as they cross Ray as plain values.
 """
 
 from __future__ import annotations
