@@ -1,3 +1,4 @@
-"""Where results live: the runs root and its files (runs.py), the driver's heartbeat (heartbeat.py).
+"""Where results live: the runs root and its files (runs.py), the driver's heartbeat (heartbeat.py);
+what list, history, status, logs and timings are asked (requests.py).
 
 May import: the base modules only. No torch, no ray."""
