@@ -1,5 +1,6 @@
 """The verdict: rows read as columns (columnar.py), compared (compare.py, diffstats.py, audit.py) and
-judged against the claims (claims.py, findings.py); baselines (baseline.py) and history (history.py).
+judged against the claims (claims.py, findings.py); baselines (baseline.py) and history (history.py);
+what compare, report and baseline are asked (requests.py).
 
 May import: the base modules, detrun.spec, detrun.store and the torch-free detrun.kernels.paths and
 detrun.kernels.backends.plan_layouts. No torch, no ray."""

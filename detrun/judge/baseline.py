@@ -20,6 +20,7 @@ from .compare import Comparison, compare_columns, compare_runs
 from ..errors import DetrunError
 from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..spec.model import ROW_NEUTRAL, as_validated
+from .requests import BaselineRequest
 from ..store.runs import RunStore
 from ..store.status import RunStatus
 
@@ -176,3 +177,13 @@ def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) 
     if len(runs) != 1:
         raise DetrunError(f"--baseline compares one run against its baseline, got {len(runs)} runs")
     return compare_with_baseline(store, runs[0], checks)
+
+
+def baseline_set(req: BaselineRequest) -> List[dict]:
+    """detrun baseline set: req.run made the baseline of each fingerprint it recorded (the documents written)."""
+    return set_baseline(RunStore(req.runs_root), req.run, req.force)
+
+
+def baseline_show(req: BaselineRequest) -> List[dict]:
+    """detrun baseline show: every baseline document under req.runs_root."""
+    return list_baselines(RunStore(req.runs_root))

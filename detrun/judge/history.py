@@ -22,6 +22,7 @@ from ..errors import DetrunError
 from .findings import FAIL, WARN
 from ..spec.matrix import key_mode
 from ..spec.model import ROW_NEUTRAL, as_validated
+from ..store.requests import RunsRequest
 from ..store.runs import RunStore
 from ..store.status import RunStatus
 
@@ -183,3 +184,8 @@ def history(store: RunStore) -> History:
     good = [r for r in cols.runs if r in summaries]
     return History(out, _drifts(cols if len(good) == len(cols.runs) else read_columns(store, good), index,
                                 {r: jobs[r] for r in good}))
+
+
+def history_under(req: RunsRequest) -> History:
+    """detrun history: every run under req.runs_root."""
+    return history(RunStore(req.runs_root))

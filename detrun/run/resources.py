@@ -7,6 +7,8 @@ import resource
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from ..store.requests import RunRequest
+
 
 def host_peak_mb() -> float:
     """This process's peak resident memory (ru_maxrss: KiB on Linux, bytes on macOS)."""
@@ -57,3 +59,13 @@ def run_lines(store, run_id: str) -> List[str]:
     shards = store.read_timings(run_id)
     lines = [memory_line(store.manifest(run_id).get("timings") or {}, shards), summary_line(shards)]
     return [line for line in lines if line]
+
+
+def timings_of(req: RunRequest) -> Tuple[tuple, List[str]]:
+    """detrun timings: the stage breakdown (stages.run_breakdown) and the peak-memory and
+    JIT-cache lines of req.run."""
+    from ..stages import run_breakdown
+    from ..store.runs import RunStore
+
+    store = RunStore(req.runs_root)
+    return run_breakdown(store, req.run), run_lines(store, req.run)

@@ -11,7 +11,6 @@ reproduces the pair.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
@@ -26,6 +25,7 @@ from ..judge.findings import FAIL
 from ..spec.model import JobSpec, base_request, spec_from_dict
 from ..store.runs import RunStore
 from ..store.status import Status
+from .requests import ShrinkRequest
 
 # A trial: store one complete run of the spec under run_id; returns its failures (none: every row stored).
 Trial = Callable[[RunStore, JobSpec, str], List[str]]
@@ -291,7 +291,19 @@ def job_text(shrunk: Shrunk) -> str:
     return "\n".join(header) + "\n" + body
 
 
-def plan_line(row: dict) -> str:
-    """A row's recorded plan: path, attn and each plan field."""
-    plan = json.loads(row["plan"] or "{}")
-    return f"path {row['path']}, attn {row['attn']}; " + ", ".join(f"{k}={v}" for k, v in sorted(plan.items()))
+def shrink_run(req: ShrinkRequest, on_step: Optional[Callable[[Step], None]] = None) -> Shrunk:
+    """detrun shrink: shrink req.run's first batch difference (trials in this process or on Ray) and write
+    the minimal pair as a job spec to req.output."""
+    from ..paths import write_output
+
+    store = RunStore(req.runs_root)
+    store.manifest(req.run)  # a missing run is exit 2 before Ray starts
+    trial = inline_trial
+    if not req.inline:
+        from . import runner
+
+        runner.connect(req.address, 1)
+        trial = ray_trial
+    found = shrink(store, req.run, trial, req.budget_cells, on_step)
+    write_output(req.output, job_text(found), "-o/--output")
+    return found

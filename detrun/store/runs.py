@@ -25,7 +25,7 @@ import posixpath
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from ..errors import DetrunError, first_line
 from .status import RunStatus, Status
 from .heartbeat import driver_record
+from .requests import RunsRequest
 from ..paths import check_writable_dir
 from ..signals import held
 
@@ -524,3 +525,13 @@ def run_dirs(root: str, run_ids: Sequence[str]):
     if len(stores) == 1 and all(label == name for label, (_, name) in refs.items()):
         return next(iter(refs.values()))[0], labels
     return RunSet(refs), labels
+
+
+def runs_under(req: RunsRequest) -> Iterator[Tuple[str, Union[dict, DetrunError]]]:
+    """detrun list: each run under req.runs_root with its manifest, or the error reading it (a damaged run)."""
+    store = RunStore(req.runs_root)
+    for run_id in store.list_runs():
+        try:
+            yield run_id, store.manifest(run_id)
+        except DetrunError as exc:
+            yield run_id, exc

@@ -1,0 +1,71 @@
+"""The plain lines the CLI prints for submit, status, shrink, list and baseline (the rich output of
+compare, history and timings is render.py's). Each takes what the library returned; none reads or runs."""
+
+from __future__ import annotations
+
+import json
+from typing import List
+
+
+def submitted(plan, runs_root: str) -> List[str]:
+    """A Jobs API submission made (run.submission.JobPlan)."""
+    return [f"submitted job {plan.submission_id} for run {plan.run_id} to {plan.address}",
+            f"follow it with: detrun status {plan.run_id} --runs-root {runs_root}; "
+            f"detrun logs {plan.run_id} --runs-root {runs_root}"]
+
+
+def ran(done) -> str:
+    """A run driven from here (run.submission.Ran)."""
+    verb = f"resumed: {done.shards_run} shard(s) run" if done.resumed else f"{done.slots} GPU(s)"
+    return f"run {done.run_id}: {verb}, {done.seconds:.1f} s, stored under {done.where}"
+
+
+def status(st) -> List[str]:
+    """detrun status without the job's line (run.submission.RunStatus)."""
+    if st.state is None:
+        return [f"run {st.run}: no manifest yet under {st.runs_root}"]
+    out = [f"run {st.run}: {st.state}, gpus={st.gpus}, shards missing: {len(st.missing)}"
+           + (f" ({', '.join(st.missing)})" if st.missing else "")]
+    out += [f"  failed: {failure}" for failure in st.failures]
+    if st.resumable:
+        out.append(f"  finish it with: detrun submit --resume {st.run} --runs-root {st.runs_root}")
+    return out
+
+
+def plan_line(row: dict) -> str:
+    """A row's recorded plan: path, attn and each plan field."""
+    plan = json.loads(row["plan"] or "{}")
+    return f"path {row['path']}, attn {row['attn']}; " + ", ".join(f"{k}={v}" for k, v in sorted(plan.items()))
+
+
+def shrink_step(step, budget_cells: int) -> str:
+    """One trial of detrun shrink (run.shrink.Step)."""
+    return (f"[{step.cells}/{budget_cells} cells] step {step.number}: {step.tried}: {step.outcome}"
+            + (f"; now {step.size}" if step.outcome == "differs" else ""))
+
+
+def shrunk(found, output) -> List[str]:
+    """What detrun shrink found (run.shrink.Shrunk), written to output."""
+    p, spec, names = found.pair, found.spec, ", ".join
+    state = "budget spent: smaller, not shown minimal" if found.exhausted else "minimal: no smaller batch differs"
+    out = [f"{state} ({len(found.steps)} trials, {found.cells} cells): {p.request} differs between "
+           f"{p.small} ({names(spec.cases[p.small])}) and {p.large} ({names(spec.cases[p.large])}) ({p.where})"]
+    out += [f"  plan in {row['case']}: {plan_line(row)}" for row in found.rows]
+    return out + [f"  differs in: {'; '.join(found.explain())}",
+                  f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
+
+
+def listed(run_id: str, manifest) -> str:
+    """One run of detrun list: its manifest, or the error that reading it raised."""
+    if isinstance(manifest, Exception):
+        return f"{run_id}  damaged: {manifest}"
+    m = manifest
+    return f"{run_id}  {m.get('status')}  gpus={m.get('gpus')}  spec={m.get('spec_path')}"
+
+
+def baselines(docs: List[dict], runs_root: str) -> List[str]:
+    """detrun baseline show."""
+    if not docs:
+        return [f"no baselines under {runs_root} (set one with: detrun baseline set RUN)"]
+    return [f"{d['spec']}  {d['fingerprint']}  {d['run_id']}  set {d['set'][:19]}  "
+            + " ".join(f"{k}={v}" for k, v in sorted(d["fields"].items())) for d in docs]

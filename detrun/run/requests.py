@@ -1,0 +1,45 @@
+"""What the running commands are asked: detrun submit and detrun shrink. Frozen, torch- and ray-free;
+built by the CLI (detrun/cli.py), and for a Jobs API submission also by submission.py (the job's own
+request, which its argv rebuilds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ..judge.requests import ClaimOptions, CompareRequest
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """detrun submit: a job spec (or --resume RUN) run here, on a Ray address, or as a Ray job (http://)."""
+
+    spec_path: Optional[str] = None  # the job spec; exactly one of spec_path and resume
+    gpus: str = "all"  # "all" or a positive number, as given
+    address: Optional[str] = None
+    accelerator_type: Optional[str] = None
+    task_timeout: Optional[float] = None
+    resume: Optional[str] = None
+    working_dir: Optional[str] = None  # with an http:// address: uploaded as the job's working_dir
+    runs_root: str = "runs"
+    run_id: Optional[str] = None
+    overrides: Tuple[str, ...] = ()  # --set KEY.PATH=VALUE, in order
+    claims: ClaimOptions = ClaimOptions()
+    junit: Optional[str] = None
+    jit_cache: bool = True
+
+    def compare_request(self, run_id: str) -> CompareRequest:
+        """The comparison that ends the run."""
+        return CompareRequest((run_id,), self.runs_root, self.claims, self.junit)
+
+
+@dataclass(frozen=True)
+class ShrinkRequest:
+    """detrun shrink: RUN's first batch difference shrunk and written as a job spec to output."""
+
+    run: str
+    output: str = "found.yaml"
+    budget_cells: int = 200
+    runs_root: str = "runs"
+    inline: bool = False  # trials in this process, without Ray
+    address: Optional[str] = None  # the Ray the trials run on (default: a local one)

@@ -1,0 +1,239 @@
+"""detrun submit in the library: a SubmitRequest checked (all before Ray starts), then run here through
+the runner, or planned and sent as a Ray Jobs API submission (an http:// address); and what a submitted
+run left behind (status, driver logs).
+
+Planning a Jobs API submission (plan_job) is pure: the request the job runs (address auto, the spec path
+as the uploaded working_dir holds it, the run id fixed, --expect normalised), the argv that rebuilds it
+(job_argv: `detrun submit ...`, parsed again by the job's own CLI) and the submission id. Ray is imported
+only to submit, run or query; this module itself imports neither torch nor ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, List, Optional, Tuple, Union
+
+from .requests import SubmitRequest
+from ..errors import DetrunError
+from ..judge.requests import ClaimOptions
+from ..store.requests import RunRequest
+from ..store.runs import RunStore, check_run_id, new_run_id
+from ..store.status import RunStatus as Stored
+
+# progress(label) -> a context (open while the run runs) yielding on_progress(done, total).
+Progress = Callable[[str], ContextManager[Callable[[int, int], None]]]
+
+
+@contextlib.contextmanager
+def no_progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    yield lambda done, total: None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A Jobs API submission: the job's request and argv, where it goes, under which submission id."""
+
+    address: str  # the Jobs API (http://head:8265)
+    request: SubmitRequest  # what the job's driver runs (it joins the cluster with --address auto)
+    submission_id: str
+    working_dir: Optional[str]  # uploaded as the job's working_dir (None: the installed detrun)
+
+    @property
+    def run_id(self) -> str:
+        return self.request.resume or self.request.run_id
+
+    @property
+    def argv(self) -> List[str]:
+        return job_argv(self.request)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A Jobs API submission made and recorded in the runs root."""
+
+    plan: JobPlan
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A run (or resume) driven from here; the comparison that ends it is req.compare_request(run_id)."""
+
+    run_id: str
+    resumed: bool
+    slots: int
+    shards_run: int
+    failures: List[str]
+    seconds: float
+    where: str  # where the run is stored
+
+
+def parse_gpus(value: str) -> Optional[int]:
+    """--gpus: None for all, else a positive number."""
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise DetrunError(f"--gpus must be 'all' or a positive number, not {value!r}")
+    return int(value)
+
+
+def _float_arg(value: float) -> str:
+    """A float as an argument: short (900, not 900.0) where that reads back the same."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
+def claim_flags(claims: ClaimOptions) -> List[str]:
+    """The options that rebuild claims."""
+    out = ["--baseline"] * claims.baseline + ["--require-baseline"] * claims.require_baseline
+    out += ["--strict"] * claims.strict + [a for item in claims.expect for a in ("--expect", item)]
+    return out + (["--details", str(claims.details)] if claims.details != ClaimOptions().details else [])
+
+
+def job_argv(req: SubmitRequest) -> List[str]:
+    """The `detrun submit` arguments that rebuild req (the job's request: see plan_job)."""
+    args = ["submit", "--resume", req.resume] if req.resume else ["submit", req.spec_path, "--run-id", req.run_id]
+    args += ["--address", req.address, "--runs-root", req.runs_root, "--gpus", req.gpus]
+    if req.accelerator_type:
+        args += ["--accelerator-type", req.accelerator_type]
+    if req.task_timeout:
+        args += ["--task-timeout", _float_arg(req.task_timeout)]
+    args += [a for item in req.overrides for a in ("--set", item)]
+    args += claim_flags(req.claims) + (["--junit", req.junit] if req.junit else [])
+    return args + ([] if req.jit_cache else ["--no-jit-cache"])
+
+
+def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> JobPlan:
+    """The Jobs API submission of req (its run id already chosen): the runs root must be one the cluster
+    and this machine both see, the spec path is rewritten as the uploaded working_dir holds it."""
+    if "://" not in req.runs_root and not Path(req.runs_root).is_absolute():
+        raise DetrunError("with an http:// address the job writes the runs: pass --runs-root as a path or URI "
+                          "both the cluster and this machine see (e.g. /shared/runs or s3://bucket/runs)")
+    spec_path = req.spec_path
+    if spec_path and req.working_dir and Path(spec_path).resolve().is_relative_to(Path(req.working_dir).resolve()):
+        spec_path = str(Path(spec_path).resolve().relative_to(Path(req.working_dir).resolve()))  # as the job sees it
+    expect = tuple(f"{k}={v}" for k, v in req.claims.checks().expect.items())
+    job = replace(req, spec_path=spec_path, address="auto", working_dir=None,
+                  run_id=None if req.resume else run_id, claims=replace(req.claims, expect=expect))
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    submission_id = f"detrun-{run_id}" + (f"-resume-{stamp}" if req.resume else "")
+    return JobPlan(req.address, job, submission_id, req.working_dir)
+
+
+def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submitted, Ran]:
+    """Check req, then submit it as a Ray job (http:// address) or run it here; see the module docstring."""
+    from .jobs import is_jobs_address
+    from ..spec.matrix import check_size
+    from ..spec.model import load_spec
+
+    if (req.spec_path is None) == (req.resume is None):
+        raise DetrunError("pass a job spec, or --resume RUN (not both)")
+    for value, option in ((req.run_id, "--run-id"), (req.resume, "--resume")):
+        if value is not None:
+            check_run_id(value, option)
+    slots = parse_gpus(req.gpus)
+    spec = load_spec(req.spec_path, list(req.overrides)) if req.spec_path else None
+    if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many
+        check_size(spec, slots, req.spec_path)
+    store = RunStore(req.runs_root)
+    store.check_writable("--runs-root")  # all before Ray starts
+    run_id = req.resume or req.run_id or new_run_id(spec.name)
+    req.claims.checks()  # a bad --expect fails here too, before Ray starts
+    if is_jobs_address(req.address):
+        return send(plan_job(req, run_id), store)
+    return _run_here(req, store, spec, run_id, slots, progress)
+
+
+def send(plan: JobPlan, store: RunStore) -> Submitted:
+    """Submit the planned job and record its submission id in the runs root."""
+    from . import jobs
+
+    jobs.submit_job(plan.address, plan.argv, plan.submission_id, plan.working_dir)
+    store.record_submission(plan.run_id, plan.address, plan.submission_id)
+    return Submitted(plan)
+
+
+def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Optional[int],
+              progress: Progress) -> Ran:
+    from . import runner
+    from .jitcache import cache_root
+    from .jobs import ADDRESS_ENV, SUBMISSION_ENV
+
+    started = time.perf_counter()
+    extra = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV), ("job_address", ADDRESS_ENV))
+             if v in os.environ}
+    accelerator_type = req.accelerator_type
+    if req.resume:
+        accelerator_type = accelerator_type or store.manifest(req.resume).get("accelerator_type")
+    slots = runner.connect(req.address, gpus, accelerator_type)
+    with progress(f"{run_id} on {slots} GPU(s)") as on_progress:
+        options = runner.RunOptions(accelerator_type, req.task_timeout, on_progress,
+                                    cache_root(store) if req.jit_cache else None)
+        if req.resume:
+            result = runner.resume(store, req.resume, slots, options, extra)
+        else:
+            result = runner.submit(spec, store, slots, req.spec_path or "", run_id, options=options,
+                                   manifest_extra=extra)
+    return Ran(result.run_id, bool(req.resume), slots, result.shards_run, list(result.failures),
+               time.perf_counter() - started, store.where(result.run_id))
+
+
+def recorded_job(store: RunStore, run: str, address: Optional[str] = None) -> Optional[Tuple[str, str]]:
+    """(address, latest submission id) of a run submitted through the Jobs API, else None."""
+    record = store.submission(run) or {}
+    manifest = store.manifest(run) if store.has_run(run) else {}
+    sid = (record.get("submission_ids") or [manifest.get("submission_id")])[-1]
+    address = address or record.get("address") or manifest.get("job_address")
+    return (address, sid) if sid and address else None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """detrun status: the run's manifest (None: none yet) and its Ray job, if submitted."""
+
+    run: str
+    runs_root: str
+    state: Optional[str] = None  # the manifest's status, or stale (...)
+    gpus: object = None
+    missing: Tuple[str, ...] = ()  # shards without complete rows
+    failures: Tuple[str, ...] = ()
+    resumable: bool = False  # stale, or shards missing and not running
+    job: Optional[Tuple[str, str]] = None  # (address, submission id)
+
+    def job_state(self) -> str:
+        """The Ray job's status line, asked now (the run's lines are printed first)."""
+        from .jobs import job_status
+
+        return job_status(*self.job)
+
+
+def run_status(req: RunRequest) -> RunStatus:
+    store = RunStore(req.runs_root)
+    job = recorded_job(store, req.run, req.address)
+    if not store.has_run(req.run):
+        if not job:
+            raise DetrunError(f"no run {req.run!r} under {req.runs_root}")
+        return RunStatus(req.run, req.runs_root, job=job)
+    from .runner import missing_shards
+    from ..store.heartbeat import run_state
+
+    m = store.manifest(req.run)
+    _, missing = missing_shards(store, req.run)
+    state = run_state(m)
+    stale = state != m.get("status")  # running, but its driver stopped beating
+    return RunStatus(req.run, req.runs_root, state, m.get("gpus"), tuple(s.shard_id for s in missing),
+                     tuple(m.get("failures") or []), stale or bool(missing and state != Stored.RUNNING), job)
+
+
+def job_logs_of(req: RunRequest) -> str:
+    """The driver logs of the Ray job that ran req.run."""
+    job = recorded_job(RunStore(req.runs_root), req.run, req.address)
+    if not job:
+        raise DetrunError(f"run {req.run!r} was not submitted through the Ray Jobs API; its task logs are in the "
+                          "Ray session logs of each node (/tmp/ray/session_latest/logs)")
+    from .jobs import job_logs
+
+    return job_logs(*job)
