@@ -24,9 +24,9 @@ sys.path.insert(0, CODE)
 
 import torch  # noqa: E402
 
+from detrun.run.worker import ShardRunner  # noqa: E402
 from detrun.spec.matrix import Shard, cells_for  # noqa: E402
 from detrun.spec.model import load_spec  # noqa: E402
-from detrun.run.worker import ShardRunner  # noqa: E402
 
 
 def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:

@@ -32,7 +32,8 @@ LIB = {
 }
 CLI = {
     "detrun compare": "from detrun.cli import main; from detrun.store.runs import RunStore; import sys; "
-                      "sys.argv = ['detrun', 'compare', *RunStore({root!r}).list_runs(), '--runs-root', {root!r}]; main()",
+                      "sys.argv = ['detrun', 'compare', *RunStore({root!r}).list_runs(), "
+                      "'--runs-root', {root!r}]; main()",
     "detrun history": "from detrun.cli import main; import sys; "
                       "sys.argv = ['detrun', 'history', '--runs-root', {root!r}]; main()",
 }

@@ -46,12 +46,14 @@ def main():
         bounds = [0, t.shape[0]]
         lanes = {impl: split_lanes(t, bounds, impl) for impl in impls}  # also the warm-up
         same = all(torch.equal(lanes["torch"], v) for v in lanes.values())
-        ms = {impl: median_ms(lambda: split_lanes(t, bounds, impl).cpu(), device) for impl in impls}
-        host = median_ms(lambda: hashlib.blake2b(tensor_bytes(t), digest_size=16).hexdigest(), device)
-        copy = median_ms(lambda: t.clone(), device)
+        ms = {impl: median_ms(lambda t=t, bounds=bounds, impl=impl: split_lanes(t, bounds, impl).cpu(), device)
+              for impl in impls}
+        host = median_ms(lambda t=t: hashlib.blake2b(tensor_bytes(t), digest_size=16).hexdigest(), device)
+        copy = median_ms(lambda t=t: t.clone(), device)
         line = " | ".join(f"{impl} {gb / ms[impl] * 1e3:8.1f} GB/s" for impl in impls)
         fused = ms[impls[-1]]
-        print(f"{mb:5d} MiB: {line} | host copy + blake2b {gb / host * 1e3:6.2f} GB/s | d2d copy {gb / copy * 1e3:7.1f} GB/s"
+        print(f"{mb:5d} MiB: {line} | host copy + blake2b {gb / host * 1e3:6.2f} GB/s"
+              f" | d2d copy {gb / copy * 1e3:7.1f} GB/s"
               f" (read+write {2 * gb / copy * 1e3:7.1f}) | {impls[-1]} vs torch {ms['torch'] / fused:6.1f}x, vs host"
               f" {host / fused:6.1f}x, time vs copy {fused / copy:5.1f}x | bits equal: {same}")
         assert same, lanes
@@ -64,7 +66,8 @@ def main():
         for impl in impls:
             os.environ["DETRUN_DIGEST"] = impl
             split_digests([out, lse], split)
-            times.append(f"{impl} {median_ms(lambda: split_digests([out, lse], split), device, 20):.3f} ms")
+            ms = median_ms(lambda o=out, s=lse, b=split: split_digests([o, s], b), device, 20)
+            times.append(f"{impl} {ms:.3f} ms")
         os.environ.pop("DETRUN_DIGEST", None)
         print(f"one cell, {name} ({tokens} tokens, {len(split) - 1} requests, out+lse): {', '.join(times)}")
     if device.type == "cuda":
@@ -72,7 +75,8 @@ def main():
         for attempt in ("empty kernel cache", "kernel cached on disk"):
             t0 = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True, env=env)
-            print(f"fresh process ({attempt}): {out.stdout.strip() or out.stderr[-500:]}; whole process {time.perf_counter() - t0:.2f} s")
+            print(f"fresh process ({attempt}): {out.stdout.strip() or out.stderr[-500:]}; "
+                  f"whole process {time.perf_counter() - t0:.2f} s")
 
 
 if __name__ == "__main__":

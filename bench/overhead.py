@@ -10,8 +10,8 @@ import time
 
 from rich.console import Console
 
-from detrun.run import runner
 from detrun.present.render import print_timings
+from detrun.run import runner
 from detrun.spec.model import load_spec
 from detrun.stages import KERNEL_ROW, run_breakdown
 from detrun.store.runs import RunStore
@@ -38,7 +38,8 @@ def main():
     print(f"{args.job} {' '.join(args.overrides)}: ray connect {t1 - t0:.2f} s, submit {t2 - t1:.2f} s, "
           f"gpus {gpus}, shards {result.shards_run}")
     print(f"kernel time {kernel:.3f} s = {100 * kernel / total:.2f}% of wall {total:.2f} s "
-          f"(overhead {100 * (total - kernel) / total:.1f}% of wall, {(total - kernel) / max(kernel, 1e-9):.1f}x kernel); "
+          f"(overhead {100 * (total - kernel) / total:.1f}% of wall, "
+          f"{(total - kernel) / max(kernel, 1e-9):.1f}x kernel); "
           f"extra runs detrun makes (graph warm-up, profiled run) {warm:.3f} s")
 
 

@@ -27,8 +27,8 @@ os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "") 
 
 import ray  # noqa: E402
 
-from detrun.run import runner  # noqa: E402
 from detrun.judge.compare import compare_runs  # noqa: E402
+from detrun.run import runner  # noqa: E402
 from detrun.spec.model import load_spec, spec_from_dict  # noqa: E402
 from detrun.store.runs import RunStore  # noqa: E402
 from tests.helpers import small  # noqa: E402
@@ -54,7 +54,8 @@ def main():
     base = None
     noset = os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "")
     print(f"{args.cpus} CPUs for Ray, spec {spec.name!r}, repeats {spec.repeats} "
-          f"({spec.repeats_per_task or spec.repeats} per task){', CUDA_VISIBLE_DEVICES not set by Ray' if noset else ''}")
+          f"({spec.repeats_per_task or spec.repeats} per task)"
+          f"{', CUDA_VISIBLE_DEVICES not set by Ray' if noset else ''}")
     for n in slots:
         t = time.perf_counter()
         result = runner.submit(spec, store, n, run_id=f"gpus{n}")

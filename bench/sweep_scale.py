@@ -17,12 +17,12 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from detrun.run import runner
 from detrun.judge.baseline import comparison
-from detrun.run.jitcache import cache_root
-from detrun.spec.matrix import cells_for, check_size
 from detrun.present.render import print_timings, steady_overhead
+from detrun.run import runner
+from detrun.run.jitcache import cache_root
 from detrun.run.resources import host_peak_mb, peaks, run_lines
+from detrun.spec.matrix import cells_for, check_size
 from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
 from detrun.stages import run_breakdown
 from detrun.store.runs import RunStore

@@ -30,7 +30,8 @@ def _errors(fn):
 
 
 RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
-Baseline = Annotated[bool, typer.Option("--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
+Baseline = Annotated[bool, typer.Option(
+    "--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Every axis claimed bitwise: explained differences fail too.")]
 Expect = Annotated[Optional[List[str]], typer.Option(
     "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, phase, run): bitwise, "
@@ -38,7 +39,8 @@ Expect = Annotated[Optional[List[str]], typer.Option(
 RequireBaseline = Annotated[bool, typer.Option(
     "--require-baseline", help="With --baseline: no baseline of this exact fingerprint fails (exit 1)")]
 Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]
-Junit = Annotated[Optional[Path], typer.Option("--junit", help="Also write JUnit XML here (one testcase per comparison).")]
+Junit = Annotated[Optional[Path], typer.Option(
+    "--junit", help="Also write JUnit XML here (one testcase per comparison).")]
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")

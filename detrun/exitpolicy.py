@@ -19,8 +19,16 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import typer
 
-from .errors import (EXIT_INFRA, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, DetrunError, Terminated,
-                     first_line, interruption)
+from .errors import (
+    EXIT_INFRA,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    DetrunError,
+    Terminated,
+    first_line,
+    interruption,
+)
 from .paths import check_output_path
 
 try:  # typer >= 0.17 vendors click

@@ -75,8 +75,12 @@ def main() -> int:
 def _check(site: Path, opts) -> int:
     sys.path.insert(0, str(site))
     import flashinfer  # noqa: E402
-    from flashinfer import (BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper,  # noqa: F401
-                            BatchPrefillWithRaggedKVCacheWrapper, merge_state)
+    from flashinfer import (  # noqa: F401
+        BatchDecodeWithPagedKVCacheWrapper,
+        BatchPrefillWithPagedKVCacheWrapper,
+        BatchPrefillWithRaggedKVCacheWrapper,
+        merge_state,
+    )
 
     problems = []
     if Path(flashinfer.__file__).resolve().parent != site / "flashinfer" or flashinfer.__version__ != opts.version:

@@ -15,9 +15,9 @@ import pytest
 import torch
 import yaml
 
-from detrun.run import inline
 from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS
 from detrun.kernels.digest import tensor_digest
+from detrun.run import inline
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore
 

@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from detrun.run import worker
 from detrun.kernels.backends.base import BackendUnavailable
+from detrun.run import worker
+from detrun.run.worker import resolve_backend, run_shard
 from detrun.spec.matrix import Shard, expected_keys
 from detrun.spec.model import spec_from_dict
-from detrun.run.worker import resolve_backend, run_shard
 from tests.helpers import small
 
 BROKEN = 'raise ImportError("libcudart.so.13: cannot open shared object file\\nsecond line")\n'

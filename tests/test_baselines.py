@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from detrun.judge.baseline import compare_with_baseline, list_baselines, set_baseline
 from detrun.cli import app
-from detrun.judge.claims import Checks
 from detrun.errors import DetrunError
 from detrun.fingerprint import fingerprint_of
+from detrun.judge.baseline import compare_with_baseline, list_baselines, set_baseline
+from detrun.judge.claims import Checks
 from detrun.store.runs import RunStore
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 

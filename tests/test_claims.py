@@ -3,10 +3,10 @@
 import pytest
 from typer.testing import CliRunner
 
-from detrun.judge.claims import claims_of, parse_expect
 from detrun.cli import app
-from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
+from detrun.judge.claims import claims_of, parse_expect
+from detrun.judge.compare import compare_runs
 from detrun.spec.model import load_spec
 from tests.helpers import flip_one_ulp, run_inline, small
 
@@ -72,7 +72,8 @@ def test_stated_claim_that_compared_nothing_is_said(store):
     verdict = compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}).verdict
     (unchecked,) = verdict.of("unverified_claim")
     assert unchecked.severity == "warn" and "gpu claimed bitwise, but no rows were compared" in unchecked.title
-    assert verdict.exit_code == 0 and "not compared: repeat, gpu (claimed bitwise), mode, phase, run" in verdict.headline
+    assert verdict.exit_code == 0
+    assert "not compared: repeat, gpu (claimed bitwise), mode, phase, run" in verdict.headline
 
 
 @pytest.mark.parametrize("data", [

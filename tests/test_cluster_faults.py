@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from detrun.run import runner
-from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
+from detrun.judge.compare import compare_runs
+from detrun.run import runner
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore

@@ -7,8 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.run.cluster import validate_cluster_yaml
 from detrun.errors import DetrunError
+from detrun.run.cluster import validate_cluster_yaml
 from tests.helpers import ROOT
 
 YAML = ROOT / "ray_cluster.yaml"

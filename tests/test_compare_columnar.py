@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from detrun.judge.compare import AXES, PLAN_COLUMNS, ENV_FIELDS, compare_runs
+from detrun.judge.compare import AXES, ENV_FIELDS, PLAN_COLUMNS, compare_runs
 from detrun.judge.history import history
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
@@ -30,7 +30,7 @@ def reference(store, runs):
     for request in {r["request"] for r in ok}:
         for axis, col in AXES.items():
             pre = "last_" if axis == "phase" else ""  # phase: prefill's last token vs decode's
-            ident = lambda r: (r[f"{pre}out_digest"], r[f"{pre}lse_digest"])  # noqa: E731
+            ident = lambda r, pre=pre: (r[f"{pre}out_digest"], r[f"{pre}lse_digest"])  # noqa: E731
             groups = defaultdict(list)
             for r in ok:
                 if r["request"] == request:

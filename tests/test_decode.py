@@ -13,19 +13,19 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from detrun.kernels.backends.base import AttentionBackend
-from detrun.kernels.backends.reference import ReferenceBackend
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.compare import compare_runs
-from detrun.kernels.digest import tensor_digest
 from detrun.judge.history import history, job_of
-from detrun.run.isolation import Isolated, ShardBook, deferred_cell, unfinished_rows
+from detrun.kernels.backends.base import AttentionBackend
+from detrun.kernels.backends.reference import ReferenceBackend
+from detrun.kernels.digest import tensor_digest
 from detrun.present.junit import junit_xml
-from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count, row_key
 from detrun.present.report import build_report
+from detrun.run.isolation import Isolated, ShardBook, deferred_cell, unfinished_rows
 from detrun.run.shrink import failing_pair, inline_trial, shrink
-from detrun.spec.model import load_spec, spec_from_dict
 from detrun.run.worker import run_shard
+from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count, row_key
+from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import ROOT, drop_row, flip_one_ulp, rewrite_rows, run_inline, small, stored_tensor
 from tests.procs import end_session
 

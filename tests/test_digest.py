@@ -43,7 +43,8 @@ def test_single_rows_ride_along_as_one_row_segments():
     t = torch.randn(10, 3, 4).to(torch.bfloat16)
     bounds, rows = [0, 2, 2, 7, 10], [1, 6, 9, 0]
     outs, lses = split_digests([t, t[:, :, 0].float()], bounds, rows)
-    assert outs == [tensor_digest(t[a:b]) for a, b in zip(bounds, bounds[1:])] + [tensor_digest(t[r:r + 1]) for r in rows]
+    assert outs == ([tensor_digest(t[a:b]) for a, b in zip(bounds, bounds[1:])]
+                    + [tensor_digest(t[r:r + 1]) for r in rows])
     assert lses[4:] == [tensor_digest(t[r:r + 1, :, 0].float()) for r in rows]
     assert split_digests([t], bounds, [9])[0][:4] == split_digests([t], bounds)[0]  # the ranges' digests unchanged
     assert split_lanes(t, bounds, rows=rows).shape == (len(bounds) - 1 + len(rows), 2)
@@ -72,9 +73,11 @@ _INTERPRET = textwrap.dedent("""
             assert torch.equal(ref, fused), (dtype, rows, ref, fused)
             last = [b - 1 for b in bounds[1:] if b] + [0]  # one-row segments (any order) in the same launch
             both = split_lanes(t, bounds, impl="triton", rows=last)
-            assert torch.equal(both, split_lanes(t, bounds, impl="torch", rows=last)) and torch.equal(both[:len(ref)], ref)
+            assert torch.equal(both, split_lanes(t, bounds, impl="torch", rows=last))
+            assert torch.equal(both[:len(ref)], ref)
             flipped = t.clone()
-            flipped.view(-1).view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])[-1] ^= 1
+            word = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+            flipped.view(-1).view(word)[-1] ^= 1
             assert not torch.equal(split_lanes(flipped, bounds, impl="triton")[-1], fused[-1])
             checked += 1
     print("checked", checked)

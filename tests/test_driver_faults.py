@@ -13,6 +13,7 @@ import time
 
 import pytest
 import yaml
+
 from tests.helpers import ROOT, small
 from tests.procs import detrun, end_session, names, session_processes
 

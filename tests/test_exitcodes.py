@@ -17,7 +17,9 @@ from detrun.cli import app
 from detrun.errors import DetrunError, Terminated
 from detrun.paths import write_output
 from detrun.store.runs import RunStore
-from tests.helpers import ROOT, cli_main as _main, flip_one_ulp, job_file, one_line as _one_line, run_inline, small
+from tests.helpers import ROOT, flip_one_ulp, job_file, run_inline, small
+from tests.helpers import cli_main as _main
+from tests.helpers import one_line as _one_line
 
 TINY = dict(modes=["eager"], repeats=2)
 
@@ -115,7 +117,8 @@ def test_main_restores_the_sigterm_handler(capsys, tmp_path):
 @pytest.mark.parametrize("run, verdict", [("pass", 0), ("fail", 1)])
 def test_closed_stdout_keeps_the_verdicts_code(runs, tmp_path, reader, run, verdict):
     junit = tmp_path / "junit.xml"
-    script = f"{sys.executable} -m detrun.cli compare {run} --runs-root {runs} --junit {junit} | {reader} >/dev/null; " \
+    script = f"{sys.executable} -m detrun.cli compare {run} --runs-root {runs} --junit {junit} " \
+             f"| {reader} >/dev/null; " \
              "exit ${PIPESTATUS[0]}"
     res = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == verdict and res.stderr == ""

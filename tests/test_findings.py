@@ -9,11 +9,11 @@ from html import escape
 import pyarrow.parquet as pq
 from rich.console import Console
 
+from detrun.fingerprint import fingerprint_of
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.claims import Checks
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import FAIL, WARN
-from detrun.fingerprint import fingerprint_of
 from detrun.judge.history import history
 from detrun.present.junit import junit_xml
 from detrun.present.render import print_history
@@ -91,7 +91,8 @@ def test_history_counts_every_failing_and_warning_kind(store):
 
 def test_audit_failure_and_broken_claim_in_junit_and_html(store):
     run_inline(store, small(expect={"batch": "bitwise"}, **SPLIT), "run")
-    rewrite_rows(store, "run", lambda r: r.update(kernels=[RAGGED_KERNEL]) if r["key"] == "alone/target/eager/r0/g0" else None)
+    rewrite_rows(store, "run",
+                 lambda r: r.update(kernels=[RAGGED_KERNEL]) if r["key"] == "alone/target/eager/r0/g0" else None)
     cmp = compare_runs(store, ["run"])
     root = ET.fromstring(junit_xml(cmp))
     failures = {(c.get("classname"), c.find("failure").get("message")) for c in root.iter("testcase")

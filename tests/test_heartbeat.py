@@ -12,11 +12,11 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from detrun.store import heartbeat
-from detrun.run import runner
 from detrun.cli import app
 from detrun.errors import DetrunError
+from detrun.run import runner
 from detrun.spec.model import spec_from_dict
+from detrun.store import heartbeat
 from detrun.store.runs import RunStore
 from tests.helpers import run_inline, small
 

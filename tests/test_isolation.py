@@ -3,8 +3,8 @@ the run completes; known-bug cells run isolated (reproduced, or 'did not reprodu
 
 import pytest
 
-from detrun.run import runner
 from detrun.judge.compare import compare_runs
+from detrun.run import runner
 from detrun.run.isolation import NOT_REPRODUCED, REPRODUCED, BugSamples, Isolated, ShardBook
 from detrun.spec.matrix import Cell, Shard, expected_keys
 from detrun.spec.model import spec_from_dict
@@ -88,5 +88,6 @@ def test_known_bugs_inline_run_in_their_shard_and_a_crash_there_is_isolated(ray_
     rows = _rows(store, "inline")
     assert sorted(rows) == sorted(expected_keys(spec, 1))
     mixed = {r["status"] for r in rows.values() if r["case"] == "mixed"}
-    assert mixed == {"error"} and "run alone because its shard's process died" in rows["mixed/long/eager/r0/g0"]["reason"]
+    assert mixed == {"error"}
+    assert "run alone because its shard's process died" in rows["mixed/long/eager/r0/g0"]["reason"]
     assert {r["status"] for r in rows.values() if r["case"] != "mixed"} == {"ok"}

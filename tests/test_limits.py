@@ -9,9 +9,9 @@ import signal
 import pytest
 import ray
 
-from detrun.run import runner
-from detrun.judge.baseline import _same_spec
 from detrun.errors import DetrunError
+from detrun.judge.baseline import _same_spec
+from detrun.run import runner
 from detrun.spec.matrix import check_size, row_count, shard_keys, shards
 from detrun.spec.model import load_spec, spec_from_dict
 from detrun.store.runs import RunStore

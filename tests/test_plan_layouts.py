@@ -11,14 +11,20 @@ import pytest
 import torch
 from rich.console import Console
 
-from detrun.kernels.backends.flashinfer import FlashInferBackend
-from detrun.kernels.backends.plan_layouts import (
-    DECODE, DECODE_PLAN_FIELDS, FA2_PLAN_FIELDS, FA2_PREFILL, FA3_PLAN_FIELDS, FA3_PREFILL, PLAN_UNKNOWN,
-    read_plan,
-)
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import FAIL, WARN
 from detrun.judge.history import history
+from detrun.kernels.backends.flashinfer import FlashInferBackend
+from detrun.kernels.backends.plan_layouts import (
+    DECODE,
+    DECODE_PLAN_FIELDS,
+    FA2_PLAN_FIELDS,
+    FA2_PREFILL,
+    FA3_PLAN_FIELDS,
+    FA3_PREFILL,
+    PLAN_UNKNOWN,
+    read_plan,
+)
 from detrun.present.junit import junit_xml
 from detrun.present.render import print_history
 from detrun.present.report import build_report

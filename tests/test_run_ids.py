@@ -41,7 +41,7 @@ def test_creating_a_run_is_atomic(store):
     for attempt in range(30):
         barrier, won, lost = threading.Barrier(threads_n), [], []
 
-        def create():
+        def create(barrier=barrier, attempt=attempt, won=won, lost=lost):
             barrier.wait()
             try:
                 store.create_run(f"r{attempt}", {}, 1)

@@ -6,11 +6,11 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from detrun.run import runner
 from detrun.cli import app
 from detrun.judge.compare import compare_runs
-from detrun.spec.model import spec_from_dict
+from detrun.run import runner
 from detrun.spec.matrix import expected_keys
+from detrun.spec.model import spec_from_dict
 from detrun.store.runs import SCHEMA, RunStore
 from tests.helpers import OK_ROW, ROW_IDENTITY, job_file, not_plain, run_inline, small
 
@@ -122,7 +122,8 @@ def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
 
     rows, wall, steady = run_breakdown(store, run_id)
     total = sum(s for _, s, _ in rows)
-    assert 0.5 * wall <= total <= 1.05 * wall + 0.2, (rows, wall)  # one slot: shards run in turn, so they add up to the wall
+    # one slot: shards run in turn, so they add up to the wall
+    assert 0.5 * wall <= total <= 1.05 * wall + 0.2, (rows, wall)
     cells, cell_s, parts = steady  # repeat 1 of each case ran after repeat 0 in the same task
     assert cells == 5 and 0 < parts["kernel"] < cell_s < wall and 0 < parts["digest"] < cell_s
     # the host's parts fit in the cell; with the kernel they may not (host work overlaps it: steady_line)

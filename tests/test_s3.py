@@ -43,7 +43,8 @@ def test_each_object_is_one_put(s3, s3_root, caplog):
     store.write_blobs({"ab" * 16: b"x" * (1 << 20)})
     store.write_blobs({"ab" * 16: b"x" * (1 << 20)})  # there already: not written again
     bucket = _bucket(s3_root)
-    writes = [m.group(1, 2) for r in caplog.records if (m := re.search(r'"(PUT|POST|DELETE) (\S+) HTTP', r.getMessage()))]
+    writes = [m.group(1, 2) for r in caplog.records
+              if (m := re.search(r'"(PUT|POST|DELETE) (\S+) HTTP', r.getMessage()))]
     assert writes == [("PUT", f"/{bucket}/runs/r1/manifest.json"), ("PUT", f"/{bucket}/runs/blobs/ab/{'ab' * 16}.bin")]
 
 
@@ -114,7 +115,8 @@ def test_wrong_credentials_are_one_line_naming_the_root(s3, s3_root, capsys, mon
             assert line.endswith("check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)")
             assert "Request ID" not in line
         # a store opened before the credentials went wrong: each method says the same
-        with pytest.raises(DetrunError, match=r"^runs root s3://.*: When getting information .* AWS Error ACCESS_DENIED"):
+        denied = r"^runs root s3://.*: When getting information .* AWS Error ACCESS_DENIED"
+        with pytest.raises(DetrunError, match=denied):
             store.list_runs()
         with pytest.raises(DetrunError, match=r"^runs root .*AWS Error"):
             store.write_json("r2/manifest.json", {})

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
-from detrun.spec.sglang import PROFILES, citations, effective_knobs, profile_values
+from detrun.judge.compare import compare_runs
 from detrun.spec.model import load_spec, spec_from_dict
+from detrun.spec.sglang import PROFILES, citations, effective_knobs, profile_values
 from tests.helpers import cli_main, one_line, run_inline, small
 
 CAPTURE = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160,

@@ -6,8 +6,8 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
+from detrun.judge.compare import compare_runs
 from detrun.run.shrink import failing_pair, inline_trial, job_text, shrink
 from detrun.spec.model import spec_from_dict
 from tests.helpers import flip_one_ulp, run_inline, small

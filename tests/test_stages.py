@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from detrun.kernels.backends.base import KernelTime
+from detrun.run.worker import run_shard
 from detrun.spec.matrix import Shard
 from detrun.stages import KERNEL_ROW, Stages, breakdown, process_started_unix
-from detrun.run.worker import run_shard
 from tests.helpers import small
 
 

@@ -7,8 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
-from detrun.judge.compare import compare_runs
 from detrun.errors import DetrunError
+from detrun.judge.compare import compare_runs
 from detrun.judge.history import job_of
 from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import run_inline, small

@@ -14,15 +14,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .claims import Checks
-from .columnar import Columns, combine, densify, read_columns
-from .compare import Comparison, compare_columns, compare_runs
 from ..errors import DetrunError
 from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..spec.model import ROW_NEUTRAL, as_validated
-from .requests import BaselineRequest
 from ..store.runs import RunStore
 from ..store.status import RunStatus
+from .claims import Checks
+from .columnar import Columns, combine, densify, read_columns
+from .compare import Comparison, compare_columns, compare_runs
+from .requests import BaselineRequest
 
 _DIR = "baselines"
 
@@ -46,7 +46,8 @@ def set_baseline(store: RunStore, run_id: str, force: bool = False) -> List[dict
     manifest = store.manifest(run_id)
     if not force:
         if manifest.get("status") != RunStatus.COMPLETE:
-            raise DetrunError(f"run {run_id} is {manifest.get('status')}, not complete; a baseline must be (or --force)")
+            raise DetrunError(
+                f"run {run_id} is {manifest.get('status')}, not complete; a baseline must be (or --force)")
         if compare_runs(store, [run_id]).failed:
             raise DetrunError(f"run {run_id} is not reproducible on its own; a baseline must pass (or --force)")
     fingerprints = run_fingerprints(store, [run_id])
@@ -181,6 +182,8 @@ def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) 
 
 def baseline_set(req: BaselineRequest) -> List[dict]:
     """detrun baseline set: req.run made the baseline of each fingerprint it recorded (the documents written)."""
+    if req.run is None:
+        raise DetrunError("baseline set: which run? (detrun baseline set RUN)")
     return set_baseline(RunStore(req.runs_root), req.run, req.force)
 
 

@@ -8,18 +8,18 @@ dropped. Whole rows are only built (rows_at) for the few rows a verdict needs to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .audit import audit_kernels
 from ..errors import DetrunError
 from ..fingerprint import FINGERPRINT_FIELDS
 from ..store.runs import ADDED, SCHEMA, RunStore, read_part, with_added
 from ..store.status import Status
+from .audit import audit_kernels
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
@@ -193,13 +193,13 @@ class Columns:
             out.update((int(i), _Row(self, int(i), r)) for i, r in zip(local, rows))
         return out
 
-    def _by_file(self, idx: Sequence[int]):
-        idx = np.unique(np.asarray(idx, dtype=np.int64))
+    def _by_file(self, wanted: Union[Sequence[int], np.ndarray]):
+        idx = np.unique(np.asarray(wanted, dtype=np.int64))
         where = np.searchsorted(self.starts, idx, side="right") - 1
         for f in np.unique(where):
             yield int(f), idx[where == f]
 
-    def rows_at(self, idx: Sequence[int]) -> Dict[int, dict]:
+    def rows_at(self, idx: Union[Sequence[int], np.ndarray]) -> Dict[int, dict]:
         """The rows at these read-order indices as dicts (every field but the kernel list)."""
         out: Dict[int, dict] = {}
         for f, local in self._by_file(idx):
@@ -233,7 +233,12 @@ class Columns:
 def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[str, str]] = None) -> Columns:
     """The runs' rows as codes. With `damaged`, a run whose manifest or a Parquet file cannot be read is
     left out and recorded there (run -> reason) instead of failing the whole read."""
-    files, run_files, tables, audit, cache, profiled = [], {}, [], [], {}, []
+    files: List[str] = []
+    run_files: Dict[str, Tuple[int, int]] = {}
+    tables: List[pa.Table] = []
+    audit: List[Tuple[int, str]] = []
+    cache: Dict[tuple, Optional[str]] = {}
+    profiled: List[np.ndarray] = []
     starts, kept = [0], []
     for run_id in runs:
         mark = (len(files), len(tables), len(audit), len(profiled), len(starts))
@@ -275,8 +280,8 @@ def mixed_radix(parts: Sequence[np.ndarray], radices: Sequence[int]) -> np.ndarr
     wide = int(np.prod([max(1, int(r)) for r in radices], dtype=object)) >= 1 << 31
     code = parts[0].astype(np.int64 if wide else np.int32)
     for part, radix in zip(parts[1:], radices[1:]):
-        code *= radix
-        code += part
+        np.multiply(code, radix, out=code)
+        np.add(code, part, out=code)
     return code
 
 

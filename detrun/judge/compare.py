@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -22,16 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..fingerprint import FINGERPRINT_FIELDS, field_differences
 from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
+from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
+from ..spec.model import folded_request, spec_from_dict
+from ..spec.sglang import profile_label
+from ..store.runs import RunStore
+from ..store.status import RunStatus, Status
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences
-from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
-from ..spec.sglang import profile_label
-from ..spec.model import folded_request, spec_from_dict
-from ..store.runs import RunStore
-from ..store.status import RunStatus, Status
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
                         "run": "run_id"}
@@ -244,7 +244,7 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
         cells, blocks = key_layout(spec, gpus)
-        at = _positions(cols, run_id, cells, blocks, lambda: expected_key_array(spec, gpus))
+        at = _positions(cols, run_id, cells, blocks, lambda spec=spec, gpus=gpus: expected_key_array(spec, gpus))
         count = np.bincount(at[at >= 0], minlength=len(cells) * len(blocks))
         for i in np.flatnonzero(count != 1).tolist():
             (case, request, mode, phase), (slot, repeat) = cells[i % len(cells)], blocks[i // len(cells)]
@@ -293,15 +293,17 @@ class _GroupJudge:
                     unexplained = True
                 else:
                     explained = True
-                    _, name, values = cause(reps[0], r)
-                    self.verdict.causes.setdefault(name, values)
+                    found = cause(reps[0], r)
+                    if found is not None:  # explained: a plan or environment field differs
+                        self.verdict.causes.setdefault(found[1], found[2])
                 self._record(reps[0], r, explain(reps[0], r), tag)
             # along phase the plans always differ (prefill's path, planner and kernel are never decode's):
             # equal bits there are what phase claims, not worth a note; an unknown plan is its own finding
             elif not self.last and not (unknown_plan(reps[0]) or unknown_plan(r)):
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
-                    f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} ({'; '.join(explain(reps[0], r))})")
+                    f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} "
+                    f"({'; '.join(explain(reps[0], r))})")
         return unexplained, explained
 
 
@@ -442,7 +444,7 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     first = np.zeros(size, dtype=np.int64)
     first[group[::-1]] = rows[::-1]
     lacking = first[~audited]
-    for i, r in sorted(cols.rows_in_memory(lacking).items()):
+    for _, r in sorted(cols.rows_in_memory(lacking).items()):
         fi = cols.store.manifest(r["run_id"])["spec"].get("flashinfer", {})
         why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
                f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
@@ -479,7 +481,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}
     detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
-    by_request: Dict[str, List[dict]] = defaultdict(list)
+    by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
     blobs = _Blobs(cols.store, cols.runs)
@@ -489,12 +491,12 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
         request = names[code]
         for axis, col in AXES.items():
             groups, nrows, _ = per_axis[axis]
-            judged = judged_sets[axis]
+            judged_rows = judged_sets[axis]
             verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
             judge = _GroupJudge(result, verdict, blobs, max_details)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
-                if i in judged:
+                if i in judged_rows:
                     members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
             for group in members.values():
                 unexplained, explained = judge(group)

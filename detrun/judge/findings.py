@@ -12,10 +12,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
-from .claims import AXIS_NAMES
 from ..errors import EXIT_MISMATCH, EXIT_OK
 from ..spec.model import folded_request
 from ..store.status import Status
+from .claims import AXIS_NAMES
 
 if TYPE_CHECKING:
     from .compare import Comparison, Mismatch
@@ -236,7 +236,8 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
     held = [c.axis + (" bitwise" if c.level == "bitwise" else "") for c in claims if c.status == "held"]
     unchecked = [c.axis + (f" (claimed {c.level})" if c.axis in cmp.claims.stated else "")
                  for c in claims if c.status == "not compared"]
-    parts.append("held: " + (", ".join(held) or "none") + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))
+    parts.append("held: " + (", ".join(held) or "none")
+                 + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))
     if cmp.backends:
         profiles = f" ({', '.join(cmp.profiles)})" if cmp.profiles else ""
         parts.append("ran: " + ", ".join(cmp.backends) + profiles)
@@ -258,7 +259,8 @@ def judge(cmp: "Comparison") -> Verdict:
     failed = any(f.severity == FAIL for f in findings)
     if not failed:
         label = "REPRODUCIBLE"
-    elif any(f.kind == "nothing_compared" for f in findings) and len({f.kind for f in findings if f.severity == FAIL}) == 1:
+    elif (any(f.kind == "nothing_compared" for f in findings)
+          and len({f.kind for f in findings if f.severity == FAIL}) == 1):
         label = "NOT VERIFIED"
     else:
         label = "DETERMINISM FAILURE"

@@ -16,15 +16,15 @@ from typing import Dict, List
 
 import numpy as np
 
-from .columnar import Columns, combine, densify, read_columns
-from .compare import compare_columns
 from ..errors import DetrunError
-from .findings import FAIL, WARN
 from ..spec.matrix import key_mode
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.requests import RunsRequest
 from ..store.runs import RunStore
 from ..store.status import RunStatus
+from .columnar import Columns, combine, densify, read_columns
+from .compare import compare_columns
+from .findings import FAIL, WARN
 
 _KEY = ("case", "request", "mode", "phase", "fingerprint")
 # Spec fields that change neither which cells a job has nor what a cell computes.

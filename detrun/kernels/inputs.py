@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from .digest import mix
 from ..spec.model import JobSpec
+from .digest import mix
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

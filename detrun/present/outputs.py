@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from .junit import write_junit
-from .report import write_report
 from ..judge.baseline import comparison
 from ..judge.compare import Comparison
 from ..judge.requests import CompareRequest, ReportRequest
 from ..store.runs import run_dirs
+from .junit import write_junit
+from .report import write_report
 
 
 def compare(req: CompareRequest) -> Comparison:

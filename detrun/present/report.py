@@ -6,10 +6,10 @@ import math
 from html import escape
 from typing import Dict, Sequence
 
+from ..fingerprint import FINGERPRINT_FIELDS
 from ..judge.baseline import run_fingerprints
 from ..judge.compare import AXES, Comparison, collapse
 from ..judge.findings import FAIL, INFO, WARN
-from ..fingerprint import FINGERPRINT_FIELDS
 from ..paths import write_output
 from ..spec.model import base_request, folded_request
 from ..store.runs import RunStore
@@ -96,7 +96,8 @@ def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report")
                       escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
     legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {s}' for s, c in COLOURS.items())
     parts = [
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1><div class='verdict {'fail' if verdict.failed else 'pass'}' id='verdict'>"
         f"{escape(verdict.label)} (exit {verdict.exit_code})</div><p id='headline'>{escape(verdict.headline)}</p>"
         f"<p>{escape(summary)}</p>",

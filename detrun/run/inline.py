@@ -7,11 +7,11 @@ import contextlib
 import os
 from typing import Iterator, List, Mapping
 
-from .isolation import deferred_cell
 from ..spec.matrix import shards
 from ..spec.model import JobSpec
 from ..store.runs import RunStore
 from ..store.status import RunStatus
+from .isolation import deferred_cell
 
 
 @contextlib.contextmanager

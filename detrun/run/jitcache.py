@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from ..errors import first_line
-from ..stages import JIT_RESTORE as RESTORE, JIT_SAVE as SAVE, Stages
+from ..stages import JIT_RESTORE as RESTORE
+from ..stages import JIT_SAVE as SAVE
+from ..stages import Stages
 
 CONTEXT_KEY = "jit_cache"  # the task context's runs root for the cache (runner.RunOptions.jit_cache)
 FOLDER = "jit-cache"
@@ -85,8 +87,8 @@ def unpack(key: JitKey, module: str, entry: bytes) -> bytes:
             members = {m.name: m for m in tar.getmembers()}
             if set(members) != {META, LIBRARY} or not all(m.isfile() for m in members.values()):
                 raise ValueError(f"not an entry (members: {', '.join(sorted(members)) or 'none'})")
-            meta = json.loads(tar.extractfile(members[META]).read())
-            library = tar.extractfile(members[LIBRARY]).read()
+            meta = json.loads(_read(tar, members[META]))
+            library = _read(tar, members[LIBRARY])
     except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"unreadable ({exc or type(exc).__name__})") from None
     meta = meta if isinstance(meta, dict) else {}
@@ -164,7 +166,7 @@ class JitCache:
 
         self.env = env = importlib.import_module("flashinfer.jit.env")
         self.jit_dir = Path(env.FLASHINFER_JIT_DIR)
-        self.store, key = RunStore(self.root), current_key(env)
+        self.store, key = RunStore(str(self.root)), current_key(env)  # restore() returned without a root
         folder, local = key.folder(), Path(env.FLASHINFER_WORKSPACE_DIR) / LOCAL / _part(key.cuda)
         self.key = key
         restored, size = 0, 0
@@ -196,7 +198,7 @@ class JitCache:
             for entry in packaged.iterdir():
                 if not os.path.lexists(local / entry.name):
                     (local / entry.name).symlink_to(entry.resolve())
-        self.env.FLASHINFER_AOT_DIR = local
+        self.env.FLASHINFER_AOT_DIR = local  # type: ignore[attr-defined]
 
     def save(self) -> None:
         """Store the modules in cached_ops/ (compiled by this task, or on its machine before) that the cache
@@ -235,3 +237,11 @@ def summary_line(shard_timings: Dict[str, dict]) -> Optional[str]:
             f"({total['restored_mb']:.1f} MB, {total['restore_s']:.2f} s), "
             f"saved {total['saved']:g} ({total['saved_mb']:.1f} MB, {total['save_s']:.2f} s)")
     return line + (f"; {total['skipped']:g} entries skipped (unreadable or foreign)" if total["skipped"] else "")
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """A regular file member's bytes (the caller checked it is a file)."""
+    f = tar.extractfile(member)
+    if f is None:
+        raise ValueError(f"{member.name}: not a regular file")
+    return f.read()

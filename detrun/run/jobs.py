@@ -22,7 +22,7 @@ EXCLUDES = [".git", "**/__pycache__", "runs", "*.parquet"]
 
 
 def is_jobs_address(address: Optional[str]) -> bool:
-    return bool(address) and address.startswith(("http://", "https://"))
+    return address is not None and address.startswith(("http://", "https://"))
 
 
 @contextlib.contextmanager

@@ -61,7 +61,7 @@ def run_lines(store, run_id: str) -> List[str]:
     return [line for line in lines if line]
 
 
-def timings_of(req: RunRequest) -> Tuple[tuple, List[str]]:
+def timings_of(req: RunRequest) -> Tuple[Tuple[list, float, Optional[tuple]], List[str]]:
     """detrun timings: the stage breakdown (stages.run_breakdown) and the peak-memory and
     JIT-cache lines of req.run."""
     from ..stages import run_breakdown

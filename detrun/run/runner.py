@@ -21,9 +21,13 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from . import faults
-from ..store import heartbeat
 from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption
+from ..spec.matrix import Shard, cells_for, check_size, shard_keys, shards
+from ..spec.model import JobSpec, spec_from_dict
+from ..store import heartbeat
+from ..store.runs import RunStore, new_run_id
+from ..store.status import RunStatus, Status
+from . import faults
 from .isolation import (
     BugSamples,
     Isolated,
@@ -35,11 +39,7 @@ from .isolation import (
     unfinished_rows,
 )
 from .jitcache import CONTEXT_KEY as JIT_CACHE
-from ..spec.matrix import Shard, cells_for, check_size, shard_keys, shards
 from .resources import host_peak_mb
-from ..spec.model import JobSpec, spec_from_dict
-from ..store.runs import RunStore, new_run_id
-from ..store.status import RunStatus, Status
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).

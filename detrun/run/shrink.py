@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from ..judge.compare import compare_runs, explain
 from ..errors import DetrunError
+from ..judge.compare import compare_runs, explain
 from ..judge.findings import FAIL
 from ..spec.model import JobSpec, base_request, spec_from_dict
 from ..store.runs import RunStore

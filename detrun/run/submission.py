@@ -15,14 +15,17 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, List, Optional, Tuple, Union, cast
 
-from .requests import SubmitRequest
 from ..errors import DetrunError
 from ..judge.requests import ClaimOptions
 from ..store.requests import RunRequest
 from ..store.runs import RunStore, check_run_id, new_run_id
 from ..store.status import RunStatus as Stored
+
+if TYPE_CHECKING:
+    from ..spec.model import JobSpec
+from .requests import SubmitRequest
 
 # progress(label) -> a context (open while the run runs) yielding on_progress(done, total).
 Progress = Callable[[str], ContextManager[Callable[[int, int], None]]]
@@ -44,7 +47,7 @@ class JobPlan:
 
     @property
     def run_id(self) -> str:
-        return self.request.resume or self.request.run_id
+        return cast(str, self.request.resume or self.request.run_id)  # plan_job sets one
 
     @property
     def argv(self) -> List[str]:
@@ -95,8 +98,9 @@ def claim_flags(claims: ClaimOptions) -> List[str]:
 
 def job_argv(req: SubmitRequest) -> List[str]:
     """The `detrun submit` arguments that rebuild req (the job's request: see plan_job)."""
-    args = ["submit", "--resume", req.resume] if req.resume else ["submit", req.spec_path, "--run-id", req.run_id]
-    args += ["--address", req.address, "--runs-root", req.runs_root, "--gpus", req.gpus]
+    args = (["submit", "--resume", req.resume] if req.resume
+            else ["submit", cast(str, req.spec_path), "--run-id", cast(str, req.run_id)])  # plan_job's request
+    args += ["--address", cast(str, req.address), "--runs-root", req.runs_root, "--gpus", req.gpus]
     if req.accelerator_type:
         args += ["--accelerator-type", req.accelerator_type]
     if req.task_timeout:
@@ -120,14 +124,14 @@ def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> Jo
                   run_id=None if req.resume else run_id, claims=replace(req.claims, expect=expect))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     submission_id = f"detrun-{run_id}" + (f"-resume-{stamp}" if req.resume else "")
-    return JobPlan(req.address, job, submission_id, req.working_dir)
+    return JobPlan(cast(str, req.address), job, submission_id, req.working_dir)  # an http:// address
 
 
 def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submitted, Ran]:
     """Check req, then submit it as a Ray job (http:// address) or run it here; see the module docstring."""
-    from .jobs import is_jobs_address
     from ..spec.matrix import check_size
     from ..spec.model import load_spec
+    from .jobs import is_jobs_address
 
     if (req.spec_path is None) == (req.resume is None):
         raise DetrunError("pass a job spec, or --resume RUN (not both)")
@@ -137,10 +141,10 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
     slots = parse_gpus(req.gpus)
     spec = load_spec(req.spec_path, list(req.overrides)) if req.spec_path else None
     if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many
-        check_size(spec, slots, req.spec_path)
+        check_size(spec, slots, str(req.spec_path))
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")  # all before Ray starts
-    run_id = req.resume or req.run_id or new_run_id(spec.name)
+    run_id = req.resume or req.run_id or new_run_id(cast("JobSpec", spec).name)  # no --resume: a spec
     req.claims.checks()  # a bad --expect fails here too, before Ray starts
     if is_jobs_address(req.address):
         return send(plan_job(req, run_id), store)
@@ -207,6 +211,8 @@ class RunStatus:
         """The Ray job's status line, asked now (the run's lines are printed first)."""
         from .jobs import job_status
 
+        if self.job is None:
+            raise DetrunError(f"run {self.run!r} was not submitted to a Ray job")
         return job_status(*self.job)
 
 
@@ -217,8 +223,8 @@ def run_status(req: RunRequest) -> RunStatus:
         if not job:
             raise DetrunError(f"no run {req.run!r} under {req.runs_root}")
         return RunStatus(req.run, req.runs_root, job=job)
-    from .runner import missing_shards
     from ..store.heartbeat import run_state
+    from .runner import missing_shards
 
     m = store.manifest(req.run)
     _, missing = missing_shards(store, req.run)

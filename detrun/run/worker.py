@@ -12,24 +12,25 @@ import json
 import os
 import time
 import traceback
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Callable, Deque, Dict, List, Optional, cast
 
 import torch
 
-from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
-from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..envflags import env_bool
 from ..errors import first_line
+from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
+from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.envinfo import environment, seen_flags
 from ..kernels.inputs import Draws, build_batch
-from .jitcache import CONTEXT_KEY as JIT_CACHE, JitCache
-from .isolation import KNOWN_BUG, LOST_CONTEXT
 from ..spec.matrix import Cell, Shard, cells_for, row_key
-from .resources import task_peaks
-from ..spec.sglang import effective_knobs
 from ..spec.model import JobSpec, spec_from_dict
+from ..spec.sglang import effective_knobs
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 from ..store.status import Status
+from .isolation import KNOWN_BUG, LOST_CONTEXT
+from .jitcache import CONTEXT_KEY as JIT_CACHE
+from .jitcache import JitCache
+from .resources import task_peaks
 
 
 def pick_device() -> torch.device:
@@ -186,7 +187,7 @@ class ShardRunner:
             key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
             row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
                        repeat=cell.repeat, status=Status(status).value, reason=reason)  # a plain str
-            if output is not None:
+            if output is not None and digests is not None:
                 row.update(digests[i], **ran)
             self.rows.append(row)
 
@@ -223,7 +224,8 @@ class ShardRunner:
                 with self.stages("digest: wait for prewarm"):
                     ready()
             start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
-            forward = self.backend.forward_decode if cell.phase == "decode" else self.backend.forward
+            backend = cast(AttentionBackend, self.backend)  # built: the task is not poisoned
+            forward = backend.forward_decode if cell.phase == "decode" else backend.forward
             with self.stages("forward"):
                 output = forward(batch, cell.mode, cell.repeat)
         except Exception as exc:

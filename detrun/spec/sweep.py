@@ -11,8 +11,16 @@ from __future__ import annotations
 import random
 from typing import Annotated, Dict, List, Literal, Tuple, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PositiveInt, TypeAdapter, ValidationError, \
-    field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 MAX_SIZE = 4096  # requests in one generated case, sizes in one list
 MAX_COUNT = 4096  # batches one random_mixes generator draws

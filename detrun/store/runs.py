@@ -25,7 +25,7 @@ import posixpath
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,11 +34,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import DetrunError, first_line
-from .status import RunStatus, Status
-from .heartbeat import driver_record
-from .requests import RunsRequest
 from ..paths import check_writable_dir
 from ..signals import held
+from .heartbeat import driver_record
+from .requests import RunsRequest
+from .status import RunStatus, Status
 
 SCHEMA = pa.schema(
     [
@@ -162,7 +162,7 @@ _AUTH = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "
 
 
 @contextlib.contextmanager
-def storage_errors(root: str, kinds: Tuple[type, ...] = (OSError,)):
+def storage_errors(root: str, kinds: Tuple[Type[BaseException], ...] = (OSError,)):
     """An OSError of the filesystem (S3's "AWS Error ...", a full disk) as one DetrunError naming root."""
     try:
         yield
@@ -366,7 +366,8 @@ class RunStore:
 
     def read_timings(self, run_id: str) -> Dict[str, dict]:
         names = self.list_names(posixpath.join(run_id, "timings"), ".json")  # [] when there is none
-        return {n[: -len(".json")]: self.read_json(posixpath.join(run_id, "timings", n), "timings") for n in names}
+        docs = {n[: -len(".json")]: self.read_json(posixpath.join(run_id, "timings", n), "timings") for n in names}
+        return {shard: doc for shard, doc in docs.items() if doc is not None}  # None: removed since listed
 
     def record_submission(self, run_id: str, address: str, submission_id: str) -> None:
         """Remember a Jobs API submission beside the runs (the job may not have written a manifest yet)."""

@@ -14,7 +14,7 @@ class _Stored(str, Enum):
     """A str Enum that prints as its value on every Python (3.10 too), like 3.11's StrEnum."""
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]
 
 
 class Status(_Stored):

@@ -9,16 +9,16 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
+from ...envflags import env_bool
+from ...spec.model import JobSpec
+from ...stages import Stages
+from ..inputs import Batch
 from ..paths import (  # noqa: F401  (the backends take them from here)
     PATH_DECODE,
     PATH_PAGED,
     PATH_RAGGED,
     PATH_RAGGED_PREFIX,
 )
-from ...envflags import env_bool
-from ..inputs import Batch
-from ...spec.model import JobSpec
-from ...stages import Stages
 
 USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 

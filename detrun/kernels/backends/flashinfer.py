@@ -21,10 +21,10 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 import torch
 from packaging.version import Version
 
-from ..inputs import DTYPES, Batch, PageTable
 from ...errors import first_line
 from ...spec.sglang import decode_tensor_cores
 from ...stages import DEVICE_WAIT
+from ..inputs import DTYPES, Batch, PageTable
 from . import base as _base
 from .base import (
     PATH_DECODE,
