@@ -35,3 +35,15 @@ def env_bool(name: str, default: bool = False) -> bool:
     """Read a boolean flag from this process's environment (once, at backend construction)."""
     raw = os.environ.get(name)
     return default if raw is None else parse_bool(name, raw)
+
+
+DIGEST_DEPTH = "DETRUN_DIGEST_DEPTH"
+
+
+def digest_depth(value: str) -> int:
+    """DETRUN_DIGEST_DEPTH: how many launched cells a task keeps in flight before writing the oldest one's
+    rows (a whole number >= 1; default 2, docs/performance.md). ValueError naming it otherwise."""
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{DIGEST_DEPTH}={value!r}: expected a whole number >= 1")
+    return int(value)
+

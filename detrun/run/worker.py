@@ -16,7 +16,7 @@ from typing import Callable, Deque, Dict, List, Optional, cast
 
 import torch
 
-from ..envflags import env_bool
+from ..envflags import DIGEST_DEPTH, digest_depth, env_bool
 from ..errors import first_line
 from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
@@ -35,16 +35,6 @@ from .resources import task_peaks
 
 def pick_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
-def digest_depth() -> int:
-    """How many launched cells a task keeps in flight before writing the oldest one's rows (waiting for its
-    kernel and digests): DETRUN_DIGEST_DEPTH, default 2 (a slow host step of one cell then does not leave
-    the device idle; docs/performance.md)."""
-    raw = os.environ.get("DETRUN_DIGEST_DEPTH", "2")
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"DETRUN_DIGEST_DEPTH={raw!r}: expected a whole number >= 1")
-    return int(raw)
 
 
 def cuda_present(device: torch.device) -> bool:
@@ -131,7 +121,7 @@ class ShardRunner:
         self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
         # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
         self.pending: Deque[tuple] = collections.deque()
-        self.depth = digest_depth()
+        self.depth = digest_depth(os.environ.get(DIGEST_DEPTH, "2"))  # a spec's env: checked at validation
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:

@@ -9,7 +9,7 @@ from typing import Dict, List, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..envflags import BOOL_FLAGS, FORBIDDEN_FLAGS, parse_bool
+from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, FORBIDDEN_FLAGS, digest_depth, parse_bool
 from ..errors import DetrunError
 from .sglang import CAPTURE_BS_0510, TENSOR_CORE_FLAG, apply_profile
 from .sweep import Generator, expand
@@ -210,6 +210,8 @@ class JobSpec(_Model):
             text = ("1" if value else "0") if isinstance(value, bool) else str(value)
             if name in BOOL_FLAGS:
                 parse_bool(name, text)
+            if name == DIGEST_DEPTH:
+                digest_depth(text)
             out[name] = text
         return out
 
