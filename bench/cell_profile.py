@@ -2,6 +2,8 @@
 under cProfile (host functions) and under torch.profiler (device kernels and how busy the GPU was).
 
     python bench/cell_profile.py bench/jobs/long.yaml [--set k=v ...] [--repeats 8] [--code DIR]
+    python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --rounds 3 \
+        --variants "default depth=2 same depth=2+same"     # knobs timed in turn, in one process
 
 The first repeat of every case, phase and mode is the warm-up (inputs, capture, kernel profile) and is not
 counted; the later repeats are steady state, as `detrun timings` counts them.
@@ -10,12 +12,15 @@ counted; the later repeats are steady state, as `detrun timings` counts them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import os
 import pstats
+import statistics
 import sys
 import time
+from typing import Dict, List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --code DIR: time the detrun package of another checkout (the code before a change, say)
@@ -31,15 +36,39 @@ from detrun.spec.model import load_spec  # noqa: E402
 
 def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
     n = 0
-    for cell in cells_for(spec, tuple(repeats)):
-        runner._cell(cell, batches)
-        n += 1
-    flush = getattr(runner, "_flush", None)  # the code before the overlapped digests had none
-    if flush:
-        flush()
+    streams = getattr(runner, "main_stream", contextlib.nullcontext)  # the code before had no digest stream
+    with streams():
+        for cell in cells_for(spec, tuple(repeats)):
+            runner._cell(cell, batches)
+            n += 1
+        flush = getattr(runner, "_flush", None)  # the code before the overlapped digests had none
+        if flush:
+            flush()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return n
+
+
+def apply(runner: ShardRunner, variant: str, defaults: Tuple[int, bool]) -> None:
+    """A variant: "default" (the task's settings), or knobs joined by "+": depth=N (cells in flight), stream or
+    same (digests on a low-priority stream of their own, or on the cells' stream)."""
+    knobs = dict(k.partition("=")[::2] for k in variant.split("+") if k != "default")
+    depth, stream = defaults  # the task's settings, then the variant's knobs
+    runner.depth = int(knobs.get("depth", depth))
+    if runner.backend is not None:
+        runner.backend.in_flight = runner.depth
+    if hasattr(runner, "use_digest_stream") and torch.cuda.is_available():
+        runner.use_digest_stream("stream" in knobs or (stream and "same" not in knobs))
+
+
+def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, float, Dict[str, float]]:
+    """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell) of these repeats."""
+    before = dict(runner.stages.seconds)
+    t = time.perf_counter()
+    n = run_cells(runner, spec, repeats, batches)
+    wall = (time.perf_counter() - t) / n * 1e3
+    per_cell = {k: (v - before.get(k, 0.0)) / n * 1e3 for k, v in runner.stages.seconds.items()}
+    return n, wall, per_cell.get("kernel", 0.0), per_cell
 
 
 def main():
@@ -48,37 +77,60 @@ def main():
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--repeats", type=int, default=8, help="steady repeats per phase")
     ap.add_argument("--code", default=ROOT, help="the checkout whose detrun package runs (default: this one)")
+    ap.add_argument("--variants", default="default",
+                    help='space-separated, each "default" or knobs joined by +: depth=N, stream, same (see apply)')
+    ap.add_argument("--rounds", type=int, default=1, help="times each variant is timed, interleaved")
     args = ap.parse_args()
     spec = load_spec(args.job, args.overrides)
     os.environ.update(spec.env)  # what Ray's runtime_env does for a task
-    r = args.repeats
-    runner = ShardRunner(spec, Shard(0, tuple(range(1 + 3 * r))), "cell-profile")
+    r, variants = args.repeats, args.variants.split()
+    timed_repeats = args.rounds * len(variants) * r
+    runner = ShardRunner(spec, Shard(0, tuple(range(1 + timed_repeats + 2 * r))), "cell-profile")
     batches: dict = {}
+    defaults = runner.depth, getattr(runner, "streams", None) is not None
     run_cells(runner, spec, [0], batches)  # warm-up: inputs, graphs, kernel profile
 
-    kernel0 = runner.stages.seconds.get("kernel", 0.0)
-    t = time.perf_counter()
-    n = run_cells(runner, spec, range(1, 1 + r), batches)
-    wall = (time.perf_counter() - t) / n * 1e3
-    kernel = (runner.stages.seconds.get("kernel", 0.0) - kernel0) / n * 1e3
     print(f"code {CODE}")
-    print(f"{args.job} {' '.join(args.overrides)}: {n} steady cells, {wall:.3f} ms per cell, kernel {kernel:.3f} ms, "
-          f"overhead {100 * (wall - kernel) / max(kernel, 1e-9):.1f}% of kernel time ({runner.backend_name})")
-
+    results: Dict[str, List[Tuple[float, float]]] = {v: [] for v in variants}
+    at = 1
+    for round_ in range(args.rounds):
+        for variant in variants:
+            apply(runner, variant, defaults)
+            n, wall, kernel, per_cell = measure(runner, spec, range(at, at + r), batches)
+            at += r
+            results[variant].append((wall, kernel))
+            over = 100 * (wall - kernel) / max(kernel, 1e-9)
+            print(f"{args.job} {' '.join(args.overrides)} [{variant}, round {round_ + 1}]: {n} steady cells, "
+                  f"{wall:.3f} ms per cell, kernel {kernel:.3f} ms, overhead {over:.1f}% of kernel time "
+                  f"({runner.backend_name})")
+            shown = ", ".join(f"{k} {v:.3f}" for k, v in per_cell.items() if v > 0.0005)
+            print(f"  stages, ms per steady cell: {shown}")
+    if len(variants) > 1 or args.rounds > 1:
+        print("| variant | wall ms per cell (median) | kernel ms | overhead (median of rounds) |")
+        print("|---|---|---|---|")
+        for variant, runs in results.items():
+            wall = statistics.median(w for w, _ in runs)
+            kernel = statistics.median(k for _, k in runs)
+            over = statistics.median(100 * (w - k) / max(k, 1e-9) for w, k in runs)
+            print(f"| {variant} | {wall:.3f} | {kernel:.3f} | {over:.1f}% |")
+    apply(runner, variants[0], defaults)
+    r0 = at
     prof = cProfile.Profile()
     prof.enable()
-    n = run_cells(runner, spec, range(1 + r, 1 + 2 * r), batches)
+    n = run_cells(runner, spec, range(r0, r0 + r), batches)
     prof.disable()
     text = io.StringIO()
-    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+    stats = pstats.Stats(prof, stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(45)
     print(f"cProfile, {n} cells (times are for all of them; cProfile slows Python down):")
-    print("\n".join(text.getvalue().splitlines()[:45]))
+    print("\n".join(line for line in text.getvalue().splitlines() if line.strip()))
 
     from torch.profiler import ProfilerActivity, profile
 
     t = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
-        n = run_cells(runner, spec, range(1 + 2 * r, 1 + 3 * r), batches)
+        n = run_cells(runner, spec, range(r0 + r, r0 + 2 * r), batches)
     wall = (time.perf_counter() - t) * 1e3
     events = p.key_averages()
     if not torch.cuda.is_available():
@@ -88,6 +140,7 @@ def main():
     print(f"torch.profiler, {n} cells: wall {wall / n:.3f} ms per cell (profiled), device busy {busy / n:.3f} ms "
           f"per cell ({100 * busy / wall:.1f}%)")
     print(events.table(sort_by="self_device_time_total", row_limit=15, max_name_column_width=60))
+    print(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 
 if __name__ == "__main__":

@@ -38,12 +38,22 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 DIGEST_DEPTH = "DETRUN_DIGEST_DEPTH"
+DIGEST_STREAM = "DETRUN_DIGEST_STREAM"
+DEFAULT_DIGEST_DEPTH, DEFAULT_DIGEST_STREAM = "4", "low"  # docs/performance.md, "Steady overhead"
 
 
 def digest_depth(value: str) -> int:
     """DETRUN_DIGEST_DEPTH: how many launched cells a task keeps in flight before writing the oldest one's
-    rows (a whole number >= 1; default 2, docs/performance.md). ValueError naming it otherwise."""
+    rows (a whole number >= 1). ValueError naming it otherwise."""
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{DIGEST_DEPTH}={value!r}: expected a whole number >= 1")
     return int(value)
+
+
+def digest_stream(value: str) -> bool:
+    """DETRUN_DIGEST_STREAM: "low" (digests on a low-priority stream of their own, beside the next kernels)
+    or "same" (on the kernels' stream, after each). True for "low"; ValueError naming it otherwise."""
+    if value not in ("low", "same"):
+        raise ValueError(f"{DIGEST_STREAM}={value!r}: expected low or same")
+    return value == "low"
 

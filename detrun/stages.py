@@ -54,16 +54,17 @@ JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # run/jitcache.
 # in their sum. Stages nested in another: their parent is reported as "<parent> (rest)" without them. Host
 # work done while a kernel runs is counted in its own stage, so the stages add up to the wall.
 DEVICE_WAIT = "device wait"
+PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last copy (kernels/backends/staging.py)
 KERNEL = "kernel"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
-    "forward": ("plan", "graph warm-up", "graph capture", "profile"),
+    "forward": ("plan", PLAN_WAIT, "graph warm-up", "graph capture", "profile"),
 }
 # A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
 # seconds of these stages within it (recorded as "steady cell: <stage>").
 STEADY_CELL = "steady cell"
-STEADY_PARTS = (KERNEL, "plan", "digest", DEVICE_WAIT)
+STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT)
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
                DEVICE_WAIT, "tensor copy", JIT_SAVE)
 

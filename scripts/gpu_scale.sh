@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The JIT cache and the 10,000-cell sweep on a fresh GPU machine, in one device call (~8 min), printed as
 # Markdown rows for docs/performance.md ("JIT cache", "10,000-cell sweep").
-#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="jit-fa2 jit-fa3 sweep sweep-depth1": only those;
+#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="variants jit-fa2 sweep sweep-same ...": only those;
 #                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases;
 #                                          DETRUN_GPU_BUDGET_S (560): the sweeps get what is left of it
 # jit-<backend>: jobs/paged.yaml with FlashInfer's JIT dir and the cache empty (cold: it compiles and stores
@@ -11,6 +11,17 @@ cd "$(dirname "$0")/.."
 DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-560}
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
+variants() {  # variants ID DIR [ARGS]: the sweep's steady cells in one process, knobs timed in turn (cell_profile.py)
+  local id=$1 dir=$2; shift 2
+  only "$id" || return 0
+  [[ -d $dir/detrun ]] || { echo "== $id SKIPPED (no $dir/detrun)"; return; }
+  timeout 300 python3 bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --code "$dir" "$@" 2>&1 | tee "$OUT/$id.log"
+  echo "== $id exit ${PIPESTATUS[0]} at $(elapsed) s"
+}
+# variants: the defaults (4 cells in flight, digests on a low-priority stream), 2 in flight, digests on the cells'
+# stream; variants-old: the code in .prev (carried; see scripts/gpu_perf.sh for how to fill it), same sweep and machine.
+variants variants . --rounds 3 --variants "default depth=2 same depth=2+same"
+variants variants-old .prev --rounds 2
 start_ray
 ROWS=()
 jit() {  # jit BACKEND
@@ -42,8 +53,10 @@ sweep() {  # sweep STEP [--set ...]: bench/sweep_scale.py in the runs root of ji
   SWEEPS+=("$(grep -m1 -oP '^run \K[^:]+' "$OUT/$step.log")")
 }
 sweep sweep
-# sweep-depth1: one launched cell in flight, not two (DETRUN_DIGEST_DEPTH=1); compared with sweep's run: same bits.
+# sweep-depth1: one launched cell in flight (DETRUN_DIGEST_DEPTH); sweep-same: digests on the cells' stream
+# (DETRUN_DIGEST_STREAM=same); compared with sweep's run: the same bits.
 sweep sweep-depth1 --set env.DETRUN_DIGEST_DEPTH=1
+sweep sweep-same --set env.DETRUN_DIGEST_STREAM=same
 if (( ${#SWEEPS[@]} > 1 )); then
   python3 -m detrun.cli compare "${SWEEPS[@]}" --runs-root "$PWD/runs-jit-fa2" 2>&1 | tail -25
   echo "== compare ${SWEEPS[*]}: exit ${PIPESTATUS[0]}"

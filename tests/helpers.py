@@ -220,15 +220,18 @@ class FakeGraph:
     """Stands in for backends.base.capture on the CPU: counts captures; replay runs the function again."""
 
     captures = 0
+    cloned: list = []  # each replay's clone argument
 
     def __init__(self, fn, device, stages=None, plan=None):
         FakeGraph.captures += 1
         self.fn, self.plan = fn, plan
 
-    def replay(self):
+    def replay(self, clone=True):
         from detrun.kernels.backends.base import KernelTime
 
-        return tuple(t.clone() for t in self.fn()), KernelTime(0.0)
+        FakeGraph.cloned.append(clone)
+        outputs = self.fn()
+        return tuple(t.clone() for t in outputs) if clone else outputs, KernelTime(0.0)
 
 
 class FakePrefillWrapper:

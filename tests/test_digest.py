@@ -80,6 +80,19 @@ _INTERPRET = textwrap.dedent("""
             flipped.view(-1).view(word)[-1] ^= 1
             assert not torch.equal(split_lanes(flipped, bounds, impl="triton")[-1], fused[-1])
             checked += 1
+    from detrun.kernels import digest
+    digest.choice = lambda device_type: "triton"
+    for rows, bounds in ((37, [0, 1, 1, 20, 37]), (1100, [0, 1099, 1100])):  # a cell's output and LSE, one launch
+        out, lse = (torch.randn(rows, 4, 3) * 50).to(torch.bfloat16), torch.randn(rows, 4)
+        last = [b - 1 for b in bounds[1:] if b]
+        ref = torch.cat([split_lanes(t, bounds, impl="torch", rows=last) for t in (out, lse)])
+        assert torch.equal(digest.cell_lanes([out, lse], bounds, last), ref)
+        flipped = lse.clone()
+        flipped.view(torch.int32)[3, 2] ^= 1  # LSE row 3: the third range (rows 1:20) and nothing of the output
+        changed = (digest.cell_lanes([out, flipped], bounds, last) != ref).any(dim=1).nonzero().flatten().tolist()
+        n = len(bounds) - 1 + len(last)
+        assert changed == [n + [a <= 3 < b for a, b in zip(bounds, bounds[1:])].index(True)], changed
+        checked += 1
     print("checked", checked)
 """)
 
@@ -89,7 +102,7 @@ def test_triton_kernel_gives_the_torch_bits_in_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run([sys.executable, "-c", _INTERPRET], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "checked 8" in out.stdout
+    assert "checked 10" in out.stdout
 
 
 def test_the_cpu_takes_the_torch_path_unless_detrun_digest_says_triton(monkeypatch):

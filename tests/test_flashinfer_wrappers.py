@@ -98,3 +98,27 @@ def test_kernels_are_profiled_once_per_distinct_path_and_plan(backend, monkeypat
     assert be.forward(batches["mixed"], "eager", repeat=1).kernels == []
     assert be.forward(batches["alone"], "eager", repeat=0).kernels and calls == [False]
     assert be.forward(batches["prefix_alone"], "eager", repeat=0).kernels == [] and calls == [False]
+
+
+def test_graph_outputs_are_cloned_only_for_a_reader_after_the_next_replay(backend):
+    """A replay's outputs are the graph's own buffers (the digests, queued behind it, read them in stream
+    order) unless the worker copies them to the host later (store_tensors), a profiled run rewrites them, or
+    the digests run on another stream (keep_outputs)."""
+    def made(**opts):
+        spec, be = backend(paged=True, **opts)
+        be.spec = spec.model_copy(update={"store_tensors": False})
+        return spec, be
+
+    spec, be = made()
+    batch = build_batch(spec, "alone")
+    FakeGraph.cloned = []
+    be.forward(batch, "cudagraph", repeat=0)
+    be.keep_outputs = True
+    be.forward(batch, "cudagraph", repeat=1)
+    spec, be = backend(paged=True)  # store_tensors: true, the default
+    be.forward(batch, "cudagraph", repeat=0)
+    spec, be = made(profile_kernels=True)
+    be._kernels = lambda run, graph: ["BatchPrefillWithPagedKVCache"]
+    be.forward(batch, "cudagraph", repeat=0)  # profiled: its first plan
+    be.forward(batch, "cudagraph", repeat=1)  # the same plan again: not profiled
+    assert FakeGraph.cloned == [False, True, True, True, False]

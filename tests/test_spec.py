@@ -23,6 +23,7 @@ def test_shipped_jobs_load_with_their_paged_flag(job):
         ({"env": {"SGLANG_FLASHINFER_USE_PAGED": "maybe"}}, "SGLANG_FLASHINFER_USE_PAGED='maybe' is not a boolean"),
         ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "CUDA_VISIBLE_DEVICES is set by Ray"),
         ({"env": {"DETRUN_DIGEST_DEPTH": "0"}}, "DETRUN_DIGEST_DEPTH='0': expected a whole number >= 1"),
+        ({"env": {"DETRUN_DIGEST_STREAM": "side"}}, "DETRUN_DIGEST_STREAM='side': expected low or same"),
         ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
         ({"modes": ["eager", "graph"]}, "modes.1"),
         ({"heads": {"qo": 6, "kv": 4}}, "multiple of kv heads"),

@@ -111,3 +111,51 @@ def test_the_next_cell_is_launched_before_the_host_waits_for_a_kernel(monkeypatc
     # cell i's waits (digests, then its kernel time) come after cell i+depth's forward (the last ones after the loop)
     assert waits == [(kind, min(i + 1 + depth, n)) for i in range(n) for kind in ("digests", "kernel")]
     assert [r["key"] for r in rows] == _in_cell_order(data)
+
+
+def test_digests_get_a_low_priority_stream_and_cells_a_high_priority_one_where_there_is_a_gpu(monkeypatch):
+    """DETRUN_DIGEST_STREAM=low (the default): on a GPU, cells run on a high-priority stream and digests on a
+    stream of their own, so graph outputs are kept (cloned); same, or no GPU: one stream."""
+    from detrun.run.worker import ShardRunner
+
+    made = []
+
+    class Stream:
+        def __init__(self, device, priority=0):
+            made.append(priority)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    spec = spec_from_dict(small(modes=["eager"], repeats=1))
+    runner = ShardRunner(spec, Shard(0, (0,)), "w5")
+    assert runner.streams is None and not runner.backend.keep_outputs  # the CPU: nothing to overlap
+    runner.use_digest_stream(True)
+    assert made == [-1, 0] and runner.streams is not None and runner.backend.keep_outputs
+    runner.use_digest_stream(False)
+    assert runner.streams is None and not runner.backend.keep_outputs
+    monkeypatch.setenv("DETRUN_DIGEST_STREAM", "sideways")
+    with pytest.raises(ValueError, match="DETRUN_DIGEST_STREAM='sideways': expected low or same"):
+        ShardRunner(spec, Shard(0, (0,)), "w6")
+
+
+def test_steady_cells_are_timed_from_the_end_of_the_cell_before_so_the_loop_between_them_counts():
+    """The host's time between two cells (the loop, the watchdog, bookkeeping) belongs to the later cell: the
+    steady cells' seconds then account for the wall as a run sees it, never less."""
+    import time as _time
+
+    from detrun.run.worker import ShardRunner
+    from detrun.stages import STEADY_CELL
+
+    spec = spec_from_dict(small(modes=["eager"], repeats=2))
+    runner = ShardRunner(spec, Shard(0, (0, 1)), "w7")
+    cells = list(cells_for(spec, (0, 1)))
+
+    def slow():
+        for cell in cells:
+            if cell.repeat == 1:
+                _time.sleep(0.02)  # between cells, outside any stage
+            yield cell
+
+    runner.run(slow())
+    steady = runner.stages.counts[STEADY_CELL]
+    assert steady == len(cells) // 2
+    assert runner.stages.seconds[STEADY_CELL] >= steady * 0.02

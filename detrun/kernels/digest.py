@@ -10,7 +10,8 @@ installed; `DETRUN_DIGEST=torch|triton` forces one. Loading the kernel takes ~0.
 a task starts it in the background (`prewarm`), digests on the torch path until it is loaded, and waits
 for it (`ready`) only before capturing a CUDA graph.
 A tensor split into row ranges (one per request) is digested in one pass, with one host copy; single
-rows (each request's last query token) can ride along as extra one-row segments of the same launch.
+rows (each request's last query token) can ride along as extra one-row segments of the same launch, and a
+cell's output and LSE share that launch (cell_lanes).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import math
 import os
 import sys
 import threading
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 
@@ -134,27 +135,46 @@ def ready() -> None:
         _warming.join()
 
 
+def _segments(t: torch.Tensor, bounds: Sequence[int], rows: Sequence[int]) -> Tuple[torch.Tensor, List[int], List[int]]:
+    """(t's flat words, then per segment its word count and word offset): the row ranges, then the single rows."""
+    row = math.prod(t.shape[1:])
+    counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])] + [row] * len(rows)
+    starts = [a * row for a in bounds[:-1]] + [r * row for r in rows]
+    return words(t), counts, starts
+
+
 def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "",
                 out: Optional[torch.Tensor] = None, rows: Sequence[int] = ()) -> torch.Tensor:
     """Lanes [len(bounds) - 1 + len(rows), 2] of the row ranges [bounds[i], bounds[i+1]) of t (dim 0), then
     of each single row in `rows` (a one-row segment: the lanes of that row alone), on t's device
     (written into `out`, zeroed int64 of that shape, when given)."""
-    row = math.prod(t.shape[1:])
-    flat = words(t)
-    counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])] + [row] * len(rows)
+    flat, counts, starts = _segments(t, bounds, rows)
     if out is None:
         out = torch.zeros(len(counts), 2, dtype=torch.int64, device=t.device)
     if (impl or implementation(t)) == "triton":
         from .digest_triton import triton_lanes
 
-        starts = [a * row for a in bounds[:-1]] + [r * row for r in rows]
-        return triton_lanes(flat, counts, out, starts)
-    ranges = len(bounds) - 1
+        return triton_lanes([(flat, counts, starts)], out)
+    ranges, row = len(bounds) - 1, math.prod(t.shape[1:])
     out[:ranges].copy_(torch_lanes(flat[bounds[0] * row : bounds[-1] * row], counts[:ranges]))
     if rows:
         picked = flat.view(-1, row)[torch.tensor(list(rows), dtype=torch.int64, device=t.device)]
         out[ranges:].copy_(torch_lanes(picked.reshape(-1), counts[ranges:]))
     return out
+
+
+def cell_lanes(tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()) -> torch.Tensor:
+    """split_lanes of each tensor, stacked [len(tensors) * segments, 2]: on the Triton path a cell's output
+    and LSE (one or two tensors) are digested in one launch."""
+    segments = len(bounds) - 1 + len(rows)
+    lanes = torch.zeros(len(tensors) * segments, 2, dtype=torch.int64, device=tensors[0].device)
+    if len(tensors) <= 2 and implementation(tensors[0]) == "triton":
+        from .digest_triton import triton_lanes
+
+        return triton_lanes([_segments(t, bounds, rows) for t in tensors], lanes)
+    for i, t in enumerate(tensors):
+        split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments], rows=rows)
+    return lanes
 
 
 def dtype_name(t: torch.Tensor) -> str:
@@ -172,7 +192,6 @@ class PendingDigests:
     def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()):
         """Digests of the row ranges [bounds[i], bounds[i+1]) of each tensor, then of each single row in
         `rows` (each the digest of that row alone, as a tensor of one row)."""
-        segments = len(bounds) - 1 + len(rows)
         tails = ["x".join(map(str, t.shape[1:])) for t in tensors]
         sizes = [b - a for a, b in zip(bounds, bounds[1:])] + [1] * len(rows)
         self.heads = [[f"{dtype_name(t)}|{n}{'x' if tail else ''}{tail}|" for n in sizes]
@@ -182,9 +201,7 @@ class PendingDigests:
             self.host = torch.empty(0, 2, dtype=torch.int64)
             return
         device = tensors[0].device
-        lanes = torch.zeros(len(tensors) * segments, 2, dtype=torch.int64, device=device)
-        for i, t in enumerate(tensors):
-            split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments], rows=rows)
+        lanes = cell_lanes(tensors, bounds, rows)
         if device.type == "cuda":  # a pinned copy, so the host need not wait here
             self.host = torch.empty(lanes.shape, dtype=torch.int64, pin_memory=True).copy_(lanes, non_blocking=True)
             self.event = torch.cuda.Event()

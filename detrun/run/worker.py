@@ -6,6 +6,7 @@ Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
 from __future__ import annotations
 
 import collections
+import contextlib
 import faulthandler
 import functools
 import json
@@ -16,7 +17,15 @@ from typing import Callable, Deque, Dict, List, Optional, cast
 
 import torch
 
-from ..envflags import DIGEST_DEPTH, digest_depth, env_bool
+from ..envflags import (
+    DEFAULT_DIGEST_DEPTH,
+    DEFAULT_DIGEST_STREAM,
+    DIGEST_DEPTH,
+    DIGEST_STREAM,
+    digest_depth,
+    digest_stream,
+    env_bool,
+)
 from ..errors import first_line
 from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
@@ -116,13 +125,34 @@ class ShardRunner:
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
         self.ran: set = set()  # (case, phase, mode) of the cells this task has run
+        self.since: Optional[float] = None  # when the last cell ended (steady cells are timed from it)
+        self.before: Dict[str, float] = {}  # the STEADY_PARTS stages' seconds then
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
         self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
         # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
         self.pending: Deque[tuple] = collections.deque()
-        self.depth = digest_depth(os.environ.get(DIGEST_DEPTH, "2"))  # a spec's env: checked at validation
+        # a spec's env: checked at validation
+        self.depth = digest_depth(os.environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH))
+        if self.backend is not None:
+            self.backend.in_flight = self.depth
+        self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
+        if digest_stream(os.environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)) and self.device.type == "cuda":
+            self.use_digest_stream(True)
         self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
+
+    def use_digest_stream(self, on: bool) -> None:
+        """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a
+        high-priority stream) leaves idle, instead of running between kernels (DETRUN_DIGEST_STREAM,
+        docs/performance.md). Graph outputs are then cloned on the kernels' stream: the graph's next replay
+        must not wait for a digest on another stream."""
+        self.streams = (torch.cuda.Stream(self.device, priority=-1), torch.cuda.Stream(self.device)) if on else None
+        if self.backend is not None:
+            self.backend.keep_outputs = on
+
+    def main_stream(self):
+        """The stream cells run on (a context manager)."""
+        return torch.cuda.stream(self.streams[0]) if self.streams else contextlib.nullcontext()
 
     def _launch(self, cell: Cell, batch, output: Output) -> None:
         """Queue the cell's digests behind its kernel, without waiting for either: the next cell is planned
@@ -133,7 +163,13 @@ class ShardRunner:
         decode = cell.phase == "decode"
         bounds = list(range(len(batch.requests) + 1)) if decode else batch.qo_indptr.tolist()
         with self.stages("digest"):
-            digests = PendingDigests([output.out, output.lse], bounds, [] if decode else [b - 1 for b in bounds[1:]])
+            if self.streams:
+                after = torch.cuda.Event()
+                after.record()  # after the kernel, on the main stream
+                self.streams[1].wait_event(after)
+            with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
+                digests = PendingDigests([output.out, output.lse], bounds,
+                                         [] if decode else [b - 1 for b in bounds[1:]])
         self.pending.append((cell, bounds, output, digests))
 
     def _flush(self, keep: int = 0) -> None:
@@ -194,17 +230,34 @@ class ShardRunner:
                                   reason=reason))
 
     def _cell(self, cell: Cell, batches: dict) -> None:
+        """Run one cell; a steady one (its case, phase and mode ran before in this task) is timed from the end
+        of the cell before it, so the steady cells' seconds cover the loop and all, as a run's wall does."""
+        if self.since is None:
+            self._mark(time.perf_counter())
+        steady = self._run_cell(cell, batches)
+        now = time.perf_counter()
+        if steady and self.since is not None:
+            self.stages.add(STEADY_CELL, now - self.since)
+            for part, seconds in self.before.items():
+                self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+        self._mark(now)
+
+    def _mark(self, now: float) -> None:
+        self.since, self.before = now, {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
+
+    def _run_cell(self, cell: Cell, batches: dict) -> bool:
+        """Run one cell: True when it launched and is steady."""
         if self.poisoned or self.lost:
             self._flush()  # rows stay in cell order
         if self.poisoned:
             self._rows(cell, Status.ERROR, f"not run: {self.poisoned}")
-            return
+            return False
         if self.lost:  # a fresh process (an isolated worker) runs it, unless this is one
             if self.force or not self.spec.isolation.split_crashed:
                 self._rows(cell, Status.ERROR, f"not run: {self.lost}")
             else:
                 self._defer(cell, LOST_CONTEXT, self.lost)
-            return
+            return False
         try:
             if cell.case not in batches:
                 with self.stages("inputs"):
@@ -213,7 +266,6 @@ class ShardRunner:
             if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
                 with self.stages("digest: wait for prewarm"):
                     ready()
-            start, before = time.perf_counter(), {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
             backend = cast(AttentionBackend, self.backend)  # built: the task is not poisoned
             forward = backend.forward_decode if cell.phase == "decode" else backend.forward
             with self.stages("forward"):
@@ -228,29 +280,28 @@ class ShardRunner:
                 self._rows(cell, Status.KNOWN_BUG, f"not run: {exc}")
             else:
                 self._failed(cell, exc)
-            return
+            return False
         self._flush(self.depth - 1)  # the cells before (their digests ran during this plan), while this kernel runs
         try:
             self._launch(cell, batch, output)
         except Exception as exc:
             self._failed(cell, exc)
-            return
-        if (cell.case, cell.phase, cell.mode) in self.ran:  # steady state: inputs, capture, first profile behind it
-            self.stages.add(STEADY_CELL, time.perf_counter() - start)
-            for part, seconds in before.items():
-                self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+            return False
+        steady = (cell.case, cell.phase, cell.mode) in self.ran  # inputs, capture, first profile behind it
         self.ran.add((cell.case, cell.phase, cell.mode))
+        return steady
 
     def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
         """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
         isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
         batches: dict = {}
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
-        for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
-            if arm:
-                faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
-            self._cell(cell, batches)
-        self._flush()
+        with self.main_stream():
+            for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
+                if arm:
+                    faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
+                self._cell(cell, batches)
+            self._flush()
         if arm:
             faulthandler.cancel_dump_traceback_later()
         return {"rows": self.rows, "blobs": self.blobs, "note": self.note, "deferred": self.deferred,

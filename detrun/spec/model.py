@@ -9,7 +9,7 @@ from typing import Dict, List, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, FORBIDDEN_FLAGS, digest_depth, parse_bool
+from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, DIGEST_STREAM, FORBIDDEN_FLAGS, digest_depth, digest_stream, parse_bool
 from ..errors import DetrunError
 from .sglang import CAPTURE_BS_0510, TENSOR_CORE_FLAG, apply_profile
 from .sweep import Generator, expand
@@ -212,6 +212,8 @@ class JobSpec(_Model):
                 parse_bool(name, text)
             if name == DIGEST_DEPTH:
                 digest_depth(text)
+            if name == DIGEST_STREAM:
+                digest_stream(text)
             out[name] = text
         return out
 

@@ -78,17 +78,22 @@ class AttentionBackend(abc.ABC):
         self.deterministic = spec.deterministic
         self.graphs: Dict[Hashable, Captured] = {}
         self.force_known_bugs = False  # an isolated worker runs a known-bug cell anyway
+        self.in_flight = 1  # cells the worker keeps launched before writing their rows (backends stage for them)
+        self.keep_outputs = False  # clone every graph replay's outputs (digests on another stream read them)
 
     def path_for(self, mode: str, batch: Batch) -> str:
         return choose_path(self.use_paged, self.deterministic, mode, batch)
 
     def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str, key: Hashable = None,
-                 plan: Optional[dict] = None) -> Tuple[Tuple[torch.Tensor, ...], "KernelTime"]:
+                 plan: Optional[dict] = None, keep: bool = True) -> Tuple[Tuple[torch.Tensor, ...], "KernelTime"]:
         """Run (eager) or replay (cudagraph) one planned computation, without waiting for it: the
         KernelTime waits when read (and records the "kernel" stage then).
 
         A graph is captured once per key (a batch and path) and replayed by later calls whose plan
         is the same, as SGLang re-plans and replays the graphs it captured; a new plan recaptures.
+        keep: a replay's outputs are cloned, for a reader after the graph's next replay (a host copy of the
+        tensors, a profiled run); without, they are the graph's own buffers, which work queued after the
+        replay (the digests) reads in stream order.
         """
         if mode == "cudagraph":
             graph = self.graphs.get(key) if key is not None else None
@@ -96,7 +101,7 @@ class AttentionBackend(abc.ABC):
                 graph = capture(run, self.device, self.stages, plan)
                 if key is not None:
                     self.graphs[key] = graph
-            outputs, timer = graph.replay()
+            outputs, timer = graph.replay(keep)
         else:
             outputs, timer = kernel_timed(run, self.device)
         timer.stages = self.stages
@@ -166,12 +171,13 @@ class Captured:
     device: torch.device
     plan: Optional[dict] = None
 
-    def replay(self) -> Tuple[Tuple[torch.Tensor, ...], KernelTime]:
-        """(cloned outputs, replay time); outputs are NaN first, so the replay must write every element."""
+    def replay(self, clone: bool = True) -> Tuple[Tuple[torch.Tensor, ...], KernelTime]:
+        """(outputs, cloned unless told not to, and the replay time); outputs are NaN first, so the replay
+        must write every element."""
         for t in self.outputs:
             t.fill_(float("nan"))
         _, timer = kernel_timed(self.graph.replay, self.device)
-        return tuple(t.clone() for t in self.outputs), timer
+        return tuple(t.clone() for t in self.outputs) if clone else self.outputs, timer
 
 
 def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,

@@ -23,7 +23,6 @@ from packaging.version import Version
 
 from ...errors import first_line
 from ...spec.sglang import decode_tensor_cores
-from ...stages import DEVICE_WAIT
 from ..inputs import DTYPES, Batch, PageTable
 from . import base as _base
 from .base import (
@@ -38,6 +37,7 @@ from .base import (
     timed,
 )
 from .plan_layouts import DECODE, FA2_PLAN_FIELDS, FA2_PLAN_KEEP, prefill_kind, read_plan  # noqa: F401 (re-exported)
+from .staging import PlanStaging
 
 # PR #5176 (block_valid_mask for padded CUDA-graph launches) is not in 0.6.7.post3.
 PADDED_CTA_FIX = Version("0.7.2")
@@ -89,7 +89,7 @@ class FlashInferBackend(AttentionBackend):
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_builds: Dict[Tuple[str, str], tuple] = {}
         self._profiled_plans: Set[Tuple[str, str]] = set()  # (path, plan JSON) whose kernels this task recorded
-        self._plan_fence: Optional[torch.cuda.Event] = None  # recorded after the last plan()'s copies
+        self.staging = PlanStaging(self.stages, device.type == "cuda")  # plan()'s pinned buffers, some per wrapper
         # Decode: read once here, as SGLang's should_use_tensor_core runs in FlashInferAttnBackend.__init__.
         self.decode_tensor_cores = decode_tensor_cores(
             self.opts.decode.tensor_cores, os.environ, spec.heads.qo, spec.heads.kv, spec.dtype)
@@ -101,18 +101,25 @@ class FlashInferBackend(AttentionBackend):
     def _split_args(self) -> dict:
         return dict(fixed_split_size=self.opts.fixed_split_size, disable_split_kv=self.opts.disable_split_kv)
 
-    def _plan_paged(self, w, batch: Batch, table: PageTable, causal: bool) -> None:
+    def _slots(self, graph: bool) -> int:
+        """Staging buffers of a wrapper: an eager one is re-planned every cell (one per cell in flight, and the
+        one planned now); a prefill graph's only once per repeat of its case."""
+        return 1 if graph else self.in_flight + 1
+
+    def _plan_paged(self, w, batch: Batch, table: PageTable, causal: bool, graph: bool) -> None:
         s = self.spec
         # Indices on the device, as SGLang passes them: plan() copies host indices synchronously.
-        w.plan(batch.qo_indptr, table.indptr, table.indices_on(self.device), table.last_page_len,
-               s.heads.qo, s.heads.kv, s.head_dim, s.page_size, causal=causal, sm_scale=self.scale,
-               q_data_type=self.dtype, kv_data_type=self.dtype, **self._split_args())
+        with self.staging.plan(w, self._slots(graph)):
+            w.plan(batch.qo_indptr, table.indptr, table.indices_on(self.device), table.last_page_len,
+                   s.heads.qo, s.heads.kv, s.head_dim, s.page_size, causal=causal, sm_scale=self.scale,
+                   q_data_type=self.dtype, kv_data_type=self.dtype, **self._split_args())
 
-    def _plan_ragged(self, w, batch: Batch) -> None:
+    def _plan_ragged(self, w, batch: Batch, graph: bool) -> None:
         s = self.spec
-        w.plan(batch.qo_indptr, batch.qo_indptr, s.heads.qo, s.heads.kv, s.head_dim,
-               causal=s.causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-               **self._split_args())
+        with self.staging.plan(w, self._slots(graph)):
+            w.plan(batch.qo_indptr, batch.qo_indptr, s.heads.qo, s.heads.kv, s.head_dim,
+                   causal=s.causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+                   **self._split_args())
 
     def _cache(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor]:
         if self.opts.kv_layout == "NHD":
@@ -157,12 +164,12 @@ class FlashInferBackend(AttentionBackend):
             return self._graph_builds[key]
         if path == PATH_PAGED:
             paged = self._graph_paged(batch, batch.full) if graph else self.eager_paged
-            built = ([paged], lambda: self._plan_paged(paged, batch, batch.full, self.spec.causal),
+            built = ([paged], lambda: self._plan_paged(paged, batch, batch.full, self.spec.causal, graph),
                      self._paged_run(paged, batch))
         else:
             ragged = self._graph_ragged(batch) if graph else self.eager_ragged
             ragged_run = self._ragged_run(ragged, batch)
-            plan_ragged = lambda: self._plan_ragged(ragged, batch)  # noqa: E731
+            plan_ragged = lambda: self._plan_ragged(ragged, batch, graph)  # noqa: E731
             built = [ragged], plan_ragged, ragged_run
         if path == PATH_RAGGED_PREFIX:
             # The paged wrapper serves the prefix here (SGLang's prefill_wrapper_paged), re-planned per batch.
@@ -171,7 +178,7 @@ class FlashInferBackend(AttentionBackend):
 
             def plan_both():
                 plan_ragged()
-                self._plan_paged(prefix, batch, batch.prefix, causal=False)
+                self._plan_paged(prefix, batch, batch.prefix, False, graph)
 
             def run():
                 o1, s1 = ragged_run()
@@ -238,15 +245,13 @@ class FlashInferBackend(AttentionBackend):
     def _timed_plan(self, prepare: Callable[[], object], graph: bool):
         """(prepare(), its host milliseconds, added to the "plan" stage); plan() errors said plainly.
 
-        plan() writes the wrapper's pinned host buffer and queues its copy to the device; the previous cell's
-        kernel may still be running. Only that copy must be done before the buffer is rewritten (the next
-        copy queues behind the running kernel), so each plan waits for an event recorded after the last one.
+        plan() writes a pinned host buffer and queues its copy to the device while earlier cells' kernels
+        still run; staging.py gives each plan a buffer whose last copy has run (the wait for it is PLAN_WAIT,
+        not plan time).
         """
-        if self._plan_fence is not None:
-            with self.stages(DEVICE_WAIT):
-                self._plan_fence.synchronize()
+        waited = self.staging.waited
         try:
-            # Host time of plan(): its copies queue behind the previous cell's digests, not waited for.
+            # Host time of plan(): its copies queue behind the earlier cells' work, not waited for.
             result, plan_ms = timed(prepare, self.device, sync=False)
         except (RuntimeError, ValueError) as exc:
             msg = first_line(exc, typed=False)
@@ -255,10 +260,8 @@ class FlashInferBackend(AttentionBackend):
             if graph:
                 raise Unsupported(f"plan() refused under CUDA graph: {msg}") from exc
             raise
+        plan_ms -= (self.staging.waited - waited) * 1e3
         self.stages.add("plan", plan_ms / 1e3)
-        if self.device.type == "cuda":
-            self._plan_fence = torch.cuda.Event()
-            self._plan_fence.record()
         return result, plan_ms
 
     def _finish(self, run, mode: str, key, graph_plan, path: str, plan: Dict[str, object], attn: str,
@@ -266,8 +269,11 @@ class FlashInferBackend(AttentionBackend):
         """Run or replay (a graph keyed by key, recaptured when graph_plan changes), profile the first cell of
         each (path, plan), and return the Output."""
         graph = mode == "cudagraph"
-        (out, lse), timer = self._execute(run, mode, key=key, plan=graph_plan)
         profiled = self._profiled(repeat, path, plan)
+        # A replay's outputs are the graph's own buffers, unless the profiled run below rewrites them or the
+        # worker copies them to the host after a later replay.
+        keep = profiled or self.spec.store_tensors or self.keep_outputs
+        (out, lse), timer = self._execute(run, mode, key=key, plan=graph_plan, keep=keep)
         if profiled and not graph:  # the profiled run below writes the same buffers again
             out, lse = out.clone(), lse.clone()
         kernels = self._kernels(run, graph) if profiled else []
@@ -291,6 +297,8 @@ class FlashInferBackend(AttentionBackend):
         from torch.profiler import ProfilerActivity, profile
 
         with self.stages("profile"):  # the profiler's start, one more run, trace parsing
+            # Earlier cells' digests (on their own stream) must not run inside the profiled window.
+            torch.cuda.synchronize(self.device)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 if graph:
                     capture_and_replay(run, self.device)
@@ -348,20 +356,22 @@ class FlashInferBackend(AttentionBackend):
             "; SGLang PRs #31349/#31387: the grid is padded to the SM count with only bs scheduler entries "
             "initialised, stale workspace can leave stale request/tile indices")
 
-    def _plan_decode(self, planner, indptr, indices, last_page_len, split: dict, **extra) -> None:
+    def _plan_decode(self, wrapper, planner, indptr, indices, last_page_len, split: dict, **extra) -> None:
         s = self.spec
         # SGLang passes page size 1 (its page_size) and no sm_scale at plan (it is given to forward(): the same
-        # 1/sqrt(head_dim) here).
-        planner(indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, s.page_size,
-                q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.scale, non_blocking=True,
-                **split, **extra)
+        # 1/sqrt(head_dim) here). Decode graphs are few (one per capture size) and re-planned by consecutive
+        # cells, so every decode wrapper gets the eager staging.
+        with self.staging.plan(wrapper, self._slots(False)):
+            planner(indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, s.page_size,
+                    q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.scale, non_blocking=True,
+                    **split, **extra)
 
     def _eager_decode_run(self, batch: Batch, q: torch.Tensor, split: dict):
         if self._eager_decode is None:
             self._eager_decode = self.fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, self.opts.kv_layout, use_tensor_cores=self.decode_tensor_cores, backend=DECODE_BACKEND)
         w, table = self._eager_decode, batch.full
-        self._plan_decode(w.plan, table.indptr, table.indices_on(self.device), table.last_page_len, split)
+        self._plan_decode(w, w.plan, table.indptr, table.indices_on(self.device), table.last_page_len, split)
         out, lse = self._nan_outputs(q.shape[0])
         cache = self._cache(batch)
         return w, lambda: w.run(q, cache, out=out, lse=lse, return_lse=True)
@@ -380,8 +390,8 @@ class FlashInferBackend(AttentionBackend):
         if st is None:
             st = _DecodeGraph(self, size, kv)
             st.write(*_padded_table(_EMPTY, size))
-            _, ms = self._timed_plan(lambda: self._plan_decode(st.wrapper.plan, st.indptr, st.indices, st.last,
-                                                               split), True)
+            _, ms = self._timed_plan(lambda: self._plan_decode(st.wrapper, st.wrapper.plan, st.indptr, st.indices,
+                                                               st.last, split), True)
             st.capture_plan = decode_plan_of(st.wrapper, self.version)
             self.graphs[key] = _base.capture(st.run, self.device, self.stages)
             self._decode_graphs[size] = st  # only once captured
@@ -392,7 +402,7 @@ class FlashInferBackend(AttentionBackend):
         planner = partial(replan, st.wrapper) if replan is not None else st.wrapper.plan
         extra = dict(global_override_indptr_cpu=indptr) if replan is not None else {}
         _, replan_ms = self._timed_plan(
-            lambda: self._plan_decode(planner, st.indptr, st.indices, st.last, split, **extra), True)
+            lambda: self._plan_decode(st.wrapper, planner, st.indptr, st.indices, st.last, split, **extra), True)
         plan = decode_plan_of(st.wrapper, self.version)
         plan["graph_bs"] = size
         plan.update({f"capture.{k}": v for k, v in st.capture_plan.items() if plan.get(k) != v})
