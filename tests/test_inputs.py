@@ -49,3 +49,67 @@ def test_draws_shared_by_cases_give_the_same_batches():
         for name in ("q", "k", "v", "k_cache", "v_cache"):
             assert torch.equal(getattr(shared, name), getattr(fresh, name)), (case, name)
     assert len(draws.cache) == 17  # one draw per (kind, name): target once for alone and mixed
+
+
+def test_draws_on_threads_give_the_same_bits_and_draw_keys_lists_what_build_batch_draws(monkeypatch):
+    """A case's value sets drawn side by side on CPU threads equal the serial draws (one generator per set),
+    and draw_keys names exactly the sets build_batch asks for, in its order."""
+    import threading
+
+    from detrun.kernels import inputs
+    from detrun.kernels.inputs import Draws, draw_keys
+
+    spec = spec_from_dict(small())
+    serial, calls = Draws(spec, "cpu"), []
+    real = Draws.__call__
+
+    def logged(self, kind, name, n, heads):
+        calls.append((kind, name, n, heads))
+        return real(self, kind, name, n, heads)
+
+    monkeypatch.setattr(Draws, "__call__", logged)
+    for case in spec.cases:
+        calls.clear()
+        build_batch(spec, case, "cpu", serial)
+        assert calls == draw_keys(spec, case), case
+    monkeypatch.setattr(Draws, "__call__", real)
+
+    drawn_on, real_randn = [], inputs._randn
+    monkeypatch.setattr(inputs, "_randn", lambda *a: drawn_on.append(threading.current_thread().name) or real_randn(*a))
+    threaded = Draws(spec, "cpu", threads=4)
+    for case in spec.cases:
+        a, b = build_batch(spec, case, "cpu", threaded), build_batch(spec, case, "cpu", serial)
+        for name in ("q", "k", "v", "k_cache", "v_cache"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), (case, name)
+    assert drawn_on and all(t.startswith("detrun-draws") for t in drawn_on)  # every set on the threads
+    assert len(drawn_on) == len(threaded.cache) == len(serial.cache)  # each set drawn once
+    threaded.close()
+    assert threaded.pool is None
+
+
+def test_a_task_draws_the_next_cases_values_while_this_case_runs(monkeypatch):
+    """The worker starts the next case's draws right after building a case's batch (one case ahead)."""
+    from detrun.kernels import inputs
+    from detrun.run.worker import run_shard
+    from detrun.spec.matrix import Shard
+
+    events = []
+    real_prefetch, real_build = inputs.Draws.prefetch, inputs.build_batch
+
+    def prefetch(self, keys):
+        keys = list(keys)
+        events.append(("prefetch", keys[-1][1] if keys else None))
+        return real_prefetch(self, keys)
+
+    monkeypatch.setattr(inputs.Draws, "prefetch", prefetch)
+    monkeypatch.setattr("detrun.run.worker.build_batch", lambda spec, case, *a: events.append(("build", case))
+                        or real_build(spec, case, *a))
+    data = small(modes=["eager"], repeats=1)
+    run_shard(data, Shard(0, (0,)), "ahead")
+    spec = spec_from_dict(data)
+    cases = list(spec.cases)
+    builds = [i for i, e in enumerate(events) if e[0] == "build"]
+    for case, nxt, at in zip(cases, cases[1:], builds):
+        last_request = spec.members(nxt)[-1]
+        # after this case's build, before the next one's: the next case's sets are started
+        assert ("prefetch", last_request) in events[at:builds[cases.index(nxt)]], (case, nxt, events)

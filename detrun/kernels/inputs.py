@@ -1,18 +1,21 @@
 """Seeded inputs: ragged q/k/v per request, scattered into a paged KV cache by a seeded page permutation.
 
 Values depend only on (spec.seed, request or prefix name), never on the batch or the device: they are
-drawn on the CPU (torch's CPU generator), rounded to the dtype there and moved, so the same request has
-the same bits in every case and on every GPU; a task draws each once (`Draws`). The stale values in
-every other cache slot come from a counter hash computed on the device: seeded, no CPU draw, and the
-same bits on any device.
+drawn on the CPU (torch's CPU generator, one per value set), rounded to the dtype there and moved, so the
+same request has the same bits in every case and on every GPU; a task draws each once (`Draws`), a case's
+sets side by side on CPU threads (each set has its own generator: the same bits in any order). The stale
+values in every other cache slot come from a counter hash computed on the device: seeded, no CPU draw, and
+the same bits on any device.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -39,19 +42,70 @@ def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torc
     return ((bits - 0x8000).to(torch.float32) / 8192).to(dtype).reshape(shape)
 
 
-class Draws:
-    """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once)."""
+DrawKey = Tuple[str, str, int, int]  # (kind, request or prefix key, rows, heads): one seeded value set
 
-    def __init__(self, spec: JobSpec, device) -> None:
+
+def draw_threads() -> int:
+    """CPU threads a task draws value sets on (each set is one serial generator; sets run side by side)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+class Draws:
+    """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once).
+
+    prefetch() starts value sets on CPU threads (CPU work only: a CUDA graph capture on the task's thread is
+    never disturbed); a call takes the set from its thread, or draws it there and then, and moves it to the
+    device on the caller's thread."""
+
+    def __init__(self, spec: JobSpec, device, threads: int = 1) -> None:
         self.spec, self.device = spec, device
         self.cache: Dict[Any, torch.Tensor] = {}
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if threads > 1 else None
+        self.ahead: Dict[Tuple[str, str], Future] = {}
+
+    def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+        values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
+        return values.to(DTYPES[self.spec.dtype])
+
+    def prefetch(self, keys: Iterable[DrawKey]) -> None:
+        """Start drawing these value sets on the CPU threads (those not drawn or started yet)."""
+        if self.pool is None:
+            return
+        for kind, name, n, heads in keys:
+            if (kind, name) not in self.cache and (kind, name) not in self.ahead:
+                self.ahead[(kind, name)] = self.pool.submit(self._host, kind, name, n, heads)
 
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)
         if key not in self.cache:
-            values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
-            self.cache[key] = values.to(DTYPES[self.spec.dtype]).to(self.device)
+            started = self.ahead.pop(key, None)
+            host = started.result() if started is not None else self._host(kind, name, n, heads)
+            self.cache[key] = host.to(self.device)
         return self.cache[key]
+
+    def close(self) -> None:
+        """Stop the threads (sets started and not taken are dropped)."""
+        if self.pool is not None:
+            for started in self.ahead.values():
+                started.cancel()
+            self.pool.shutdown(wait=True)
+            self.pool, self.ahead = None, {}
+
+
+def draw_keys(spec: JobSpec, case: str) -> List[DrawKey]:
+    """The value sets build_batch draws for a case, in its order: each new prefix's k and v, then each
+    request's q, k and v."""
+    keys: List[DrawKey] = []
+    seen = set()
+    for name in spec.members(case):
+        req, key = spec.request(name), spec.prefix_key(name)
+        if req.prefix_len and key not in seen:
+            seen.add(key)
+            keys += [("prefix-k", key, req.prefix_len, spec.heads.kv), ("prefix-v", key, req.prefix_len, spec.heads.kv)]
+    for name in spec.members(case):
+        n = spec.request(name).qo_len
+        keys += [("q", name, n, spec.heads.qo), ("k", name, n, spec.heads.kv), ("v", name, n, spec.heads.kv)]
+    return keys
 
 
 @dataclass
@@ -152,6 +206,7 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
     perm = torch.randperm(pool, generator=torch.Generator().manual_seed(stable_seed(spec.seed, "perm", case)))
     phys = perm[:n_pages].tolist()
     draws = draws or Draws(spec, device)
+    draws.prefetch(draw_keys(spec, case))  # side by side, when the draws have threads
     # Stale, seeded garbage in every slot: a kernel reading outside its pages sees it.
     k_cache = stale(stable_seed(spec.seed, "stale-k", case), (pool, ps, hkv, d), dtype, device)
     v_cache = stale(stable_seed(spec.seed, "stale-v", case), (pool, ps, hkv, d), dtype, device)

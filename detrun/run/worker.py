@@ -30,7 +30,7 @@ from ..errors import first_line
 from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.envinfo import environment, seen_flags
-from ..kernels.inputs import Draws, build_batch
+from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
 from ..spec.matrix import Cell, Shard, cells_for, row_key
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
@@ -139,7 +139,8 @@ class ShardRunner:
         self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
         if digest_stream(os.environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)) and self.device.type == "cuda":
             self.use_digest_stream(True)
-        self.draws = Draws(spec, self.device)  # request values drawn once per task, shared by its cases
+        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
+        self.draws = Draws(spec, self.device, draw_threads())
 
     def use_digest_stream(self, on: bool) -> None:
         """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a
@@ -242,6 +243,12 @@ class ShardRunner:
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
         self._mark(now)
 
+    def _draw_ahead(self, batches: dict) -> None:
+        """Start drawing the next case's values on the CPU threads while this case's cells run."""
+        upcoming = next((case for case in self.spec.cases if case not in batches), None)
+        if upcoming is not None:
+            self.draws.prefetch(draw_keys(self.spec, upcoming))
+
     def _mark(self, now: float) -> None:
         self.since, self.before = now, {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
 
@@ -262,6 +269,7 @@ class ShardRunner:
             if cell.case not in batches:
                 with self.stages("inputs"):
                     batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
+                    self._draw_ahead(batches)
             batch = batches[cell.case]
             if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
                 with self.stages("digest: wait for prewarm"):
@@ -302,6 +310,7 @@ class ShardRunner:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
                 self._cell(cell, batches)
             self._flush()
+        self.draws.close()
         if arm:
             faulthandler.cancel_dump_traceback_later()
         return {"rows": self.rows, "blobs": self.blobs, "note": self.note, "deferred": self.deferred,
