@@ -104,6 +104,7 @@ def test_kernel_time_is_read_late_and_counted_once():
     stages = out["timings"]["stages"]
     assert stages["kernel"]["n"] == cells  # every cell's kernel read, the last one too
     assert stages["forward"]["n"] == cells and stages["device wait"]["n"] == cells  # each cell's wait: at its rows
+    assert stages["digest"]["n"] == cells  # a cell's digests count once (launch and names are one digest)
     assert all(r["run_ms"] > 0 for r in out["rows"])
 
 
