@@ -3,7 +3,7 @@ under cProfile (host functions) and under torch.profiler (device kernels and how
 
     python bench/cell_profile.py bench/jobs/long.yaml [--set k=v ...] [--repeats 8] [--code DIR]
     python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --rounds 3 \
-        --variants "default depth=2 same depth=2+same"     # knobs timed in turn, in one process
+        --variants "default lag=0 gc=auto same"     # knobs timed in turn, in one process
 
 The first repeat of every case, phase and mode is the warm-up (inputs, capture, kernel profile) and is not
 counted; the later repeats are steady state, as `detrun timings` counts them.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -30,6 +31,12 @@ sys.path.insert(0, CODE)
 import torch  # noqa: E402
 
 from detrun.run.worker import ShardRunner  # noqa: E402
+
+try:
+    from detrun.run.worker import digest_lag
+except ImportError:  # --code: a checkout before digests' lag was bounded
+    def digest_lag(depth: int) -> int:
+        return 0
 from detrun.spec.matrix import Shard, cells_for  # noqa: E402
 from detrun.spec.model import load_spec  # noqa: E402
 
@@ -37,7 +44,8 @@ from detrun.spec.model import load_spec  # noqa: E402
 def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
     n = 0
     streams = getattr(runner, "main_stream", contextlib.nullcontext)  # the code before had no digest stream
-    with streams():
+    collector = getattr(runner, "collector", contextlib.nullcontext())  # nor gc pauses timed, nor a frozen heap
+    with streams(), collector:
         for cell in cells_for(spec, tuple(repeats)):
             runner._cell(cell, batches)
             n += 1
@@ -51,24 +59,69 @@ def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
 
 def apply(runner: ShardRunner, variant: str, defaults: Tuple[int, bool]) -> None:
     """A variant: "default" (the task's settings), or knobs joined by "+": depth=N (cells in flight), stream or
-    same (digests on a low-priority stream of their own, or on the cells' stream)."""
+    same (digests on a low-priority stream of their own, or on the cells' stream), lag=N (how far digests may
+    fall behind; 0: unbounded), gc=auto (the collector scans the whole heap, nothing frozen)."""
     knobs = dict(k.partition("=")[::2] for k in variant.split("+") if k != "default")
     depth, stream = defaults  # the task's settings, then the variant's knobs
     runner.depth = int(knobs.get("depth", depth))
     if runner.backend is not None:
         runner.backend.in_flight = runner.depth
+    if hasattr(runner, "lag"):
+        runner.lag = int(knobs["lag"]) if "lag" in knobs else digest_lag(runner.depth)
+    if hasattr(runner, "collector"):
+        runner.collector.freeze = knobs.get("gc", "freeze") == "freeze"
     if hasattr(runner, "use_digest_stream") and torch.cuda.is_available():
         runner.use_digest_stream("stream" in knobs or (stream and "same" not in knobs))
 
 
-def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, float, Dict[str, float]]:
-    """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell) of these repeats."""
+class FullCollections:
+    """The full (generation 2) collections while it is entered: how many, and the longest, in ms."""
+
+    def __enter__(self):
+        self.pauses: List[float] = []
+        self.start = 0.0
+        gc.callbacks.append(self._seen)
+        return self
+
+    def _seen(self, phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                self.start = time.perf_counter()
+            else:
+                self.pauses.append((time.perf_counter() - self.start) * 1e3)
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._seen)
+
+    def __str__(self) -> str:
+        longest = f", longest {max(self.pauses):.1f} ms" if self.pauses else ""
+        return f"{len(self.pauses)} full gc collections{longest}"
+
+
+def full_collection_ms() -> str:
+    """One forced full collection with the heap as the task has it, frozen and not."""
+    def timed() -> float:
+        t = time.perf_counter()
+        gc.collect()
+        return (time.perf_counter() - t) * 1e3
+
+    gc.freeze()
+    frozen = timed()
+    gc.unfreeze()
+    objects = len(gc.get_objects())
+    return f"a full gc collection of this process: {timed():.1f} ms ({objects} objects), {frozen:.1f} ms frozen"
+
+
+def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, float, Dict[str, float], str]:
+    """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell, the full gc collections) of
+    these repeats."""
     before = dict(runner.stages.seconds)
     t = time.perf_counter()
-    n = run_cells(runner, spec, repeats, batches)
+    with FullCollections() as full:
+        n = run_cells(runner, spec, repeats, batches)
     wall = (time.perf_counter() - t) / n * 1e3
     per_cell = {k: (v - before.get(k, 0.0)) / n * 1e3 for k, v in runner.stages.seconds.items()}
-    return n, wall, per_cell.get("kernel", 0.0), per_cell
+    return n, wall, per_cell.get("kernel", 0.0), per_cell, str(full)
 
 
 def main():
@@ -96,7 +149,7 @@ def main():
     for round_ in range(args.rounds):
         for variant in variants:
             apply(runner, variant, defaults)
-            n, wall, kernel, per_cell = measure(runner, spec, range(at, at + r), batches)
+            n, wall, kernel, per_cell, full = measure(runner, spec, range(at, at + r), batches)
             at += r
             results[variant].append((wall, kernel))
             over = 100 * (wall - kernel) / max(kernel, 1e-9)
@@ -104,7 +157,7 @@ def main():
                   f"{wall:.3f} ms per cell, kernel {kernel:.3f} ms, overhead {over:.1f}% of kernel time "
                   f"({runner.backend_name})")
             shown = ", ".join(f"{k} {v:.3f}" for k, v in per_cell.items() if v > 0.0005)
-            print(f"  stages, ms per steady cell: {shown}")
+            print(f"  stages, ms per steady cell: {shown}; {full}")
     if len(variants) > 1 or args.rounds > 1:
         print("| variant | wall ms per cell (median) | kernel ms | overhead (median of rounds) |")
         print("|---|---|---|---|")
@@ -113,6 +166,7 @@ def main():
             kernel = statistics.median(k for _, k in runs)
             over = statistics.median(100 * (w - k) / max(k, 1e-9) for w, k in runs)
             print(f"| {variant} | {wall:.3f} | {kernel:.3f} | {over:.1f}% |")
+    print(full_collection_ms())
     apply(runner, variants[0], defaults)
     r0 = at
     prof = cProfile.Profile()

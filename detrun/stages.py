@@ -54,6 +54,8 @@ JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # run/jitcache.
 # in their sum. Stages nested in another: their parent is reported as "<parent> (rest)" without them. Host
 # work done while a kernel runs is counted in its own stage, so the stages add up to the wall.
 DEVICE_WAIT = "device wait"
+GC_PAUSE = "gc pause"  # Python's garbage collector ran (run/collector.py): inside whatever stage it interrupted
+GC_ROW = "gc pauses (inside the stages above)"
 PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last copy (kernels/backends/staging.py)
 KERNEL = "kernel"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
@@ -64,7 +66,8 @@ NESTED = {
 # A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
 # seconds of these stages within it (recorded as "steady cell: <stage>").
 STEADY_CELL = "steady cell"
-STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT)
+STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT, GC_PAUSE)
+BESIDE = (KERNEL_ROW, GC_ROW)  # rows that overlap the stages that add up to the wall
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
                DEVICE_WAIT, "tensor copy", JIT_SAVE)
 
@@ -74,9 +77,9 @@ def _gap(later: Optional[float], earlier: Optional[float]) -> float:
 
 
 def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[str, float, int]]:
-    """(stage, seconds summed over shards, count) in the order a task meets them, then KERNEL_ROW.
+    """(stage, seconds summed over shards, count) in the order a task meets them, then KERNEL_ROW and GC_ROW.
 
-    Shards of one GPU run one after another, so on one GPU the seconds (but KERNEL_ROW's) add up to the wall.
+    Shards of one GPU run one after another, so on one GPU the seconds (but BESIDE's) add up to the wall.
     """
     total: Dict[str, float] = defaultdict(float)
     count: Dict[str, int] = defaultdict(int)
@@ -104,6 +107,7 @@ def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[s
             put(f"{name} (rest)" if inner else name, max(0.0, rest), counts.get(name, 0))
         put("task (rest: rows, hooks)", max(0.0, t.get("run_s", 0.0) - sum(stages.get(n, 0.0) for n in TASK_STAGES)))
         put(KERNEL_ROW, stages.get(KERNEL, 0.0), counts.get(KERNEL, 0))
+        put(GC_ROW, stages.get(GC_PAUSE, 0.0), counts.get(GC_PAUSE, 0))
         put("return result to driver", _gap(d.get("ready_unix"), t.get("returned_unix")))
         put("driver: fetch result", d.get("get_s", 0.0))
         put("driver: write Parquet + blobs", d.get("write_s", 0.0))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The JIT cache and the 10,000-cell sweep on a fresh GPU machine, in one device call (~8 min), printed as
 # Markdown rows for docs/performance.md ("JIT cache", "10,000-cell sweep").
-#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="variants jit-fa2 sweep sweep-same ...": only those;
+#   (device) bash scripts/gpu_scale.sh     DETRUN_GPU_ONLY="variants draws jit-fa2 sweep sweep-same ...": only those;
 #                                          DETRUN_SWEEP_SCALE=0.5: the sweep with half its cases;
 #                                          DETRUN_GPU_BUDGET_S (560): the sweeps get what is left of it
 # jit-<backend>: jobs/paged.yaml with FlashInfer's JIT dir and the cache empty (cold: it compiles and stores
@@ -18,10 +18,15 @@ variants() {  # variants ID DIR [ARGS]: the sweep's steady cells in one process,
   timeout 300 python3 bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --code "$dir" "$@" 2>&1 | tee "$OUT/$id.log"
   echo "== $id exit ${PIPESTATUS[0]} at $(elapsed) s"
 }
-# variants: the defaults (4 cells in flight, digests on a low-priority stream), 2 in flight, digests on the cells'
-# stream; variants-old: the code in .prev (carried; see scripts/gpu_perf.sh for how to fill it), same sweep and machine.
-variants variants . --rounds 3 --variants "default depth=2 same depth=2+same"
+# variants: the defaults (4 cells in flight, digests on a low-priority stream at most 3 cells behind, the heap frozen
+# for the collector), digests unbounded, the collector scanning the whole heap, both (the code before), digests on
+# the cells' stream; variants-old: the code in .prev (carried; see scripts/gpu_perf.sh for how to fill it).
+variants variants . --rounds 6 --variants "default lag=0 gc=auto lag=0+gc=auto same"
 variants variants-old .prev --rounds 2
+if only draws; then  # the sweep's input draws on the CPU threads vs one thread (same bits)
+  timeout 120 python3 bench/draws_bench.py --scale 0.5 2>&1 | tee "$OUT/draws.log"
+  echo "== draws exit ${PIPESTATUS[0]} at $(elapsed) s"
+fi
 start_ray
 ROWS=()
 jit() {  # jit BACKEND
@@ -57,6 +62,7 @@ sweep sweep
 # (DETRUN_DIGEST_STREAM=same); compared with sweep's run: the same bits.
 sweep sweep-depth1 --set env.DETRUN_DIGEST_DEPTH=1
 sweep sweep-same --set env.DETRUN_DIGEST_STREAM=same
+sweep sweep-again  # the defaults once more: how much one machine's honest figure moves between runs
 if (( ${#SWEEPS[@]} > 1 )); then
   python3 -m detrun.cli compare "${SWEEPS[@]}" --runs-root "$PWD/runs-jit-fa2" 2>&1 | tail -25
   echo "== compare ${SWEEPS[*]}: exit ${PIPESTATUS[0]}"

@@ -115,3 +115,10 @@ def test_steady_line_says_when_host_work_overlapped_the_kernel():
     assert "15.000 ms per cell" in line and "rest 0.500 ms" in line and "overhead 15.4%" in line
     line = steady_line(2, 0.028, {"kernel": 0.026, "plan": 0.002, "digest": 0.002})
     assert "of which 1.000 ms ran on the host during the kernel" in line and "overhead 7.7%" in line
+
+
+def test_steady_line_shows_gc_pauses_within_the_stages_not_added_to_them():
+    from detrun.present.render import steady_line
+
+    line = steady_line(2, 0.030, {"kernel": 0.026, "plan": 0.002, "digest": 0.001, "gc pause": 0.0004})
+    assert "rest 0.500 ms; gc pauses 0.200 ms within those" in line and "gc pause 0.200" not in line

@@ -159,3 +159,60 @@ def test_steady_cells_are_timed_from_the_end_of_the_cell_before_so_the_loop_betw
     steady = runner.stages.counts[STEADY_CELL]
     assert steady == len(cells) // 2
     assert runner.stages.seconds[STEADY_CELL] >= steady * 0.02
+
+
+@pytest.mark.parametrize("lag", [3, 1, 0])
+def test_a_digest_on_its_own_stream_falls_at_most_lag_cells_behind(monkeypatch, lag):
+    """With digests on their own stream, the kernel of cell k + lag waits (on the device) for the digest of
+    cell k, so a starved digest never leaves the host waiting with no kernel queued; lag 0: unbounded."""
+    import contextlib
+
+    from detrun.run import worker
+
+    forwards, waits = [], []
+
+    class Stream:
+        def __init__(self, device, priority=0):
+            self.priority = priority
+
+        def wait_event(self, event):
+            if self.priority == -1:  # the cells' stream
+                waits.append((len(forwards), event.cell))
+
+    class Event:
+        cell = None
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Pending(worker.PendingDigests):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.event = Event()
+            self.event.cell = len(forwards) - 1  # this digest's cell
+
+    real = ReferenceBackend.forward
+
+    def counted(self, batch, mode, repeat=0):
+        forwards.append(mode)
+        return real(self, batch, mode, repeat)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(worker, "PendingDigests", Pending)
+    monkeypatch.setattr(ReferenceBackend, "forward", counted)
+    monkeypatch.setenv("DETRUN_DIGEST_DEPTH", "4")
+    spec = spec_from_dict(small(modes=["eager"], repeats=1))
+    runner = worker.ShardRunner(spec, Shard(0, (0,)), "w8")
+    assert runner.lag == worker.digest_lag(4) == 3
+    runner.lag = lag
+    runner.use_digest_stream(True)
+    rows = runner.run()["rows"]
+    n = len(spec.cases)
+    assert n >= 5 and all(r["status"] == "ok" for r in rows)
+    # the wait is queued after cell k + lag - 1 launched, so the next kernel (cell k + lag) runs after it
+    assert waits == ([(k + lag, k) for k in range(n - lag + 1)] if lag else [])

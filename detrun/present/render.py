@@ -13,7 +13,7 @@ from rich.table import Table
 from ..judge.compare import AXES, Comparison, collapse
 from ..judge.findings import FAIL, INFO, KINDS, WARN, Finding, Verdict
 from ..judge.history import History
-from ..stages import KERNEL_ROW
+from ..stages import BESIDE, GC_PAUSE
 
 _STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
 _SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
@@ -119,14 +119,14 @@ def print_timings(rows, wall: float, steady, console: Console) -> None:
     table = Table(title=f"where the time went ({wall:.2f} s from placement group to the last shard)")
     for name in ("stage", "seconds", "share", "count"):
         table.add_column(name, justify="left" if name == "stage" else "right")
-    total = sum(s for name, s, _ in rows if name != KERNEL_ROW) or 1.0  # the kernels overlap the host stages
+    # kernels and gc pauses overlap the host stages: shown below their sum
+    total = sum(s for name, s, _ in rows if name not in BESIDE) or 1.0
     for name, seconds, count in rows:
-        if name == KERNEL_ROW:
-            continue
-        table.add_row(name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
+        if name not in BESIDE:
+            table.add_row(name, f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
     table.add_row("sum over shards", f"{total:.3f}", "100%", "")
     for name, seconds, count in rows:
-        if name == KERNEL_ROW:
+        if name in BESIDE:
             table.add_row(f"[bold green]{name}[/]", f"{seconds:.3f}", f"{100 * seconds / total:.1f}%", str(count))
     console.print(table)
     if steady:
@@ -142,11 +142,14 @@ def steady_overhead(cell_s: float, parts: dict) -> Optional[float]:
 def steady_line(cells: int, cell_s: float, parts: dict) -> str:
     """One cell in steady state: its wall, what it spent in kernels, plan() and digests, and the overhead."""
     ms = lambda s: f"{1e3 * s / cells:.3f} ms"  # noqa: E731
-    rest = cell_s - sum(parts.values())
+    summed = {name: s for name, s in parts.items() if name != GC_PAUSE}  # gc pauses run inside the others
+    rest = cell_s - sum(summed.values())
     overhead = steady_overhead(cell_s, parts)
     over = f"{overhead:.1f}% of kernel time" if overhead is not None else "no kernel time recorded"
-    split = ", ".join(f"{name} {ms(s)}" for name, s in parts.items())
+    split = ", ".join(f"{name} {ms(s)}" for name, s in summed.items())
     # The host's digest and row work runs while the kernel runs: then the parts add up to more than the cell.
     tail = f"rest {ms(rest)}" if rest >= 0 else f"of which {ms(-rest)} ran on the host during the kernel"
+    if parts.get(GC_PAUSE):
+        tail += f"; gc pauses {ms(parts[GC_PAUSE])} within those"
     return (f"steady state ({cells} cells whose case, phase and mode ran before in their task): "
             f"{ms(cell_s)} per cell ({split}, {tail}); overhead {over}")

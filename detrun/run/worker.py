@@ -36,6 +36,7 @@ from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
 from ..store.status import Status
+from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
 from .jitcache import JitCache
@@ -74,6 +75,13 @@ def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = im
             f"backend {asked}: the task has a CUDA device but flashinfer failed to import: "
             f"{first_line(exc, limit=500)}") from exc
     return "flashinfer", "backend auto -> flashinfer" if asked == "auto" else ""
+
+
+def digest_lag(depth: int) -> int:
+    """How many cells a digest on its own stream may fall behind: the kernel of cell k + lag waits for the
+    digest of cell k, so when the host waits for the oldest of `depth` cells in flight, the device still
+    has kernels queued behind that digest (docs/performance.md)."""
+    return max(1, depth - 1)
 
 
 def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None) -> AttentionBackend:
@@ -136,11 +144,13 @@ class ShardRunner:
         self.depth = digest_depth(os.environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH))
         if self.backend is not None:
             self.backend.in_flight = self.depth
+        self.lag = digest_lag(self.depth)  # 0: unbounded (bench/cell_profile.py's lag=0)
         self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
         if digest_stream(os.environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)) and self.device.type == "cuda":
             self.use_digest_stream(True)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
         self.draws = Draws(spec, self.device, draw_threads())
+        self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
 
     def use_digest_stream(self, on: bool) -> None:
         """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a
@@ -172,6 +182,14 @@ class ShardRunner:
                 digests = PendingDigests([output.out, output.lse], bounds,
                                          [] if decode else [b - 1 for b in bounds[1:]])
         self.pending.append((cell, bounds, output, digests))
+        if self.streams and self.lag and len(self.pending) >= self.lag:
+            self._bound_lag(self.pending[-self.lag][3])
+
+    def _bound_lag(self, behind: PendingDigests) -> None:
+        """The next kernel waits on the device for the digests of the cell `lag` back: a digest starved
+        behind the high-priority kernels then costs its own run, never a host stall with the queue empty."""
+        if behind.event is not None:  # None: the host already waited for it
+            cast(tuple, self.streams)[0].wait_event(behind.event)
 
     def _flush(self, keep: int = 0) -> None:
         """Write the rows of the launched cells, oldest first, leaving the newest `keep` in flight (a device
@@ -270,6 +288,7 @@ class ShardRunner:
                 with self.stages("inputs"):
                     batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
                     self._draw_ahead(batches)
+                self.collector.settle()  # the cases before: their rows live until the task returns
             batch = batches[cell.case]
             if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
                 with self.stages("digest: wait for prewarm"):
@@ -304,7 +323,7 @@ class ShardRunner:
         isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
         batches: dict = {}
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
-        with self.main_stream():
+        with self.main_stream(), self.collector:
             for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
                 if arm:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
