@@ -47,3 +47,14 @@ def test_a_shard_records_its_gc_pauses_beside_the_stages_and_unfreezes():
     rows = {name: (s, n) for name, s, n in breakdown({}, {"g0": timings})}
     assert rows[GC_ROW] == (timings["stages"][GC_PAUSE]["s"], timings["stages"][GC_PAUSE]["n"])
     assert GC_PAUSE not in rows
+
+
+def test_without_freeze_a_heap_frozen_by_someone_else_stays_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with Collector(Stages(), freeze=False):
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -22,7 +22,7 @@ class Collector:
     def __init__(self, stages: Stages, freeze: bool = True):
         self.stages, self.freeze = stages, freeze
         self.started: Optional[float] = None
-        self.active = False
+        self.active = self.froze = False
 
     def _pause(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -35,6 +35,7 @@ class Collector:
         """What is alive now lives until the task returns: never scan it again (with freeze)."""
         if self.active and self.freeze:
             gc.freeze()
+            self.froze = True
 
     def __enter__(self) -> "Collector":
         gc.callbacks.append(self._pause)
@@ -45,4 +46,6 @@ class Collector:
     def __exit__(self, *exc) -> None:
         self.active = False
         gc.callbacks.remove(self._pause)
-        gc.unfreeze()  # a reused worker process collects them again
+        if self.froze:
+            gc.unfreeze()  # a reused worker process collects them again
+            self.froze = False
