@@ -30,13 +30,8 @@ sys.path.insert(0, CODE)
 
 import torch  # noqa: E402
 
+from detrun.run import worker  # noqa: E402
 from detrun.run.worker import ShardRunner  # noqa: E402
-
-try:
-    from detrun.run.worker import digest_lag
-except ImportError:  # --code: a checkout before digests' lag was bounded
-    def digest_lag(depth: int) -> int:
-        return 0
 from detrun.spec.matrix import Shard, cells_for  # noqa: E402
 from detrun.spec.model import load_spec  # noqa: E402
 
@@ -66,8 +61,8 @@ def apply(runner: ShardRunner, variant: str, defaults: Tuple[int, bool]) -> None
     runner.depth = int(knobs.get("depth", depth))
     if runner.backend is not None:
         runner.backend.in_flight = runner.depth
-    if hasattr(runner, "lag"):
-        runner.lag = int(knobs["lag"]) if "lag" in knobs else digest_lag(runner.depth)
+    if hasattr(runner, "lag"):  # --code: a checkout before digests' lag was bounded has none
+        runner.lag = int(knobs["lag"]) if "lag" in knobs else worker.digest_lag(runner.depth)
     if hasattr(runner, "collector"):
         runner.collector.freeze = knobs.get("gc", "freeze") == "freeze"
     if hasattr(runner, "use_digest_stream") and torch.cuda.is_available():
