@@ -7,11 +7,13 @@ import json
 from typing import Dict, List, Tuple
 
 # The fields that decide whether two runs may be compared bitwise (not host, node or UUID).
-FINGERPRINT_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "flashinfer", "flags")
+FINGERPRINT_FIELDS = ("gpu_name", "sm_count", "driver", "cuda", "torch", "flashinfer", "flags", "sglang")
+OPTIONAL = ("sglang",)  # in the key only when set: rows without SGLang keep the fingerprints they always had
 
 
 def fingerprint_of(fields: Dict[str, object]) -> str:
-    key = json.dumps({k: fields.get(k, "") for k in FINGERPRINT_FIELDS}, sort_keys=True)
+    key = json.dumps({k: fields.get(k, "") for k in FINGERPRINT_FIELDS if k not in OPTIONAL or fields.get(k)},
+                     sort_keys=True)
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 

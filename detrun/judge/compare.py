@@ -82,6 +82,7 @@ class Comparison:
     errors: List[Tuple[str, str]] = field(default_factory=list)
     incomplete_runs: List[str] = field(default_factory=list)
     audit: List[str] = field(default_factory=list)  # rows whose kernels contradict their path
+    wiring: List[str] = field(default_factory=list)  # backend sglang rows whose wiring fails (judge/wiring.py)
     notes: List[str] = field(default_factory=list)  # equal although plans differ
     claims: Claims = field(default_factory=lambda: claims_of([]))
     backends: List[str] = field(default_factory=list)  # "backend attn" of the rows that ran
@@ -116,18 +117,37 @@ class Comparison:
         return self.verdict.exit_code
 
 
+MODEL, SGLANG = "flashinfer", "sglang"  # detrun's model of SGLang, and SGLang's own backend
+SGLANG_ONLY = "sglang."  # plan keys only SGLang's rows record (sglang.use_ragged)
+
+
+def model_pair(a: dict, b: dict) -> bool:
+    """A row of detrun's model beside a row of SGLang's own backend: their backend names, SGLang's own plan keys
+    and the SGLang version explain nothing between them (the model claims to be that SGLang)."""
+    return {a["backend"], b["backend"]} == {MODEL, SGLANG}
+
+
 def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
     """(field, a, b) for each recorded plan field that differs: backend, attn, path, then the plan JSON."""
-    diffs = [(name, a[name], b[name]) for name in PLAN_COLUMNS if a[name] != b[name]]
+    pair = model_pair(a, b)
+    names = [n for n in PLAN_COLUMNS if not (pair and n == "backend")]
+    diffs = [(name, a[name], b[name]) for name in names if a[name] != b[name]]
     pa, pb = json.loads(a["plan"] or "{}"), json.loads(b["plan"] or "{}")
-    diffs += [(k, pa.get(k), pb.get(k)) for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)]
+    keys = sorted(k for k in set(pa) | set(pb) if not (pair and k.startswith(SGLANG_ONLY)))
+    diffs += [(k, pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)]
     return diffs
+
+
+def env_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
+    """field_differences, less the SGLang version between a model row and an SGLang row."""
+    pair = model_pair(a, b)
+    return [d for d in field_differences(a, b) if not (pair and d[0] == "sglang")]
 
 
 def explain(a: dict, b: dict) -> List[str]:
     """What differs between the two rows' recorded plans, paths and environments."""
     plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
-    why = [f"{k}: {x} vs {y}" for k, x, y in plan + field_differences(a, b)]
+    why = [f"{k}: {x} vs {y}" for k, x, y in plan + env_differences(a, b)]
     if why:
         return why
     unknown = unknown_plan(a)
@@ -137,11 +157,26 @@ def explain(a: dict, b: dict) -> List[str]:
 
 def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
     """(plan | environment, field, "a vs b") of the first differing plan field, else environment field."""
-    for kind, diffs in (("plan", plan_differences(a, b)), ("environment", field_differences(a, b))):
+    for kind, diffs in (("plan", plan_differences(a, b)), ("environment", env_differences(a, b))):
         if diffs:
             name, x, y = diffs[0]
             return kind, name, f"{x} vs {y}"
     return None
+
+
+def model_differs(a: dict, b: dict) -> str:
+    """Why a model row and an SGLang row that differ are a finding ("" when they are not such a pair, or their
+    plans differ in a field other than the path): the same path and plan, or another path for one cell."""
+    if not model_pair(a, b):
+        return ""
+    version = a["sglang"] or b["sglang"]
+    diffs = plan_differences(a, b)
+    if not diffs:
+        return f"model differs from SGLang {version}: same path and plan"
+    if diffs[0][0] == "path":
+        model, own = (a, b) if a["backend"] == MODEL else (b, a)
+        return f"model differs from SGLang {version}: the model took path {model['path']}, SGLang ran {own['path']}"
+    return ""
 
 
 def unknown_plan(r: dict) -> str:
@@ -152,10 +187,14 @@ def unknown_plan(r: dict) -> str:
 
 def label(a: dict, b: dict) -> str:
     """Why two rows may differ: the first differing plan field, else environment field, else unexplained.
-    A plan detrun could not read explains nothing, and cannot be taken as equal either."""
+    A plan detrun could not read explains nothing, and cannot be taken as equal either. A model row and an
+    SGLang row on the same path and plan (or on different paths) are never explained (model_differs)."""
     unknown = unknown_plan(a) or unknown_plan(b)
     if unknown:
         return f"unexplained (plan unknown: {unknown})"
+    model = model_differs(a, b)
+    if model:
+        return f"unexplained: {model}"
     found = cause(a, b)
     return f"explained by {found[0]}: {found[1]}" if found else "unexplained"
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .compare import Comparison, Mismatch
 
 FAIL, WARN, INFO = "fail", "warn", "info"
+MODEL_DIFFERS = "model differs from SGLang"  # compare.model_differs' words, in a mismatch's label
 
 # kind -> what a presenter calls it (in display order)
 KINDS: Dict[str, str] = {
@@ -33,6 +34,8 @@ KINDS: Dict[str, str] = {
     "duplicate": "duplicate rows",
     "error": "rows that errored",
     "audit": "kernel audit failure",
+    "wiring": "wiring audit failure (what SGLang planned, ran and its rule)",
+    "model_differs": "model differs from SGLang",
     "plan_unknown": "plan unknown (a plan layout detrun cannot read)",
     "provisional_baseline": "provisional: no baseline for this fingerprint",
     "no_baseline": "no baseline",
@@ -188,6 +191,10 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     out += [Finding("duplicate", FAIL, f"duplicate rows for {key}", items=[key]) for key in cmp.duplicates]
     out += _grouped("error", FAIL, cmp.errors, "rows errored")
     out += [Finding("audit", FAIL, line, items=[line.split(": ", 1)[0]]) for line in cmp.audit]
+    out += [Finding("wiring", FAIL, line, items=[line.split(": ", 1)[0]]) for line in cmp.wiring]
+    out += _grouped("model_differs", FAIL, [(f"{m.a} vs {m.b}", m.label.removeprefix("unexplained: "))
+                                            for m in cmp.mismatches if MODEL_DIFFERS in m.label],
+                    "row pairs of detrun's model and SGLang's own backend differ")
     # A warning on its own (equal bits need no explanation); any difference they take part in is unexplained.
     out += _grouped("plan_unknown", WARN, cmp.plan_unknown, "rows with a plan detrun cannot read")
     for line in cmp.provisional:
@@ -205,7 +212,8 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
 
 
 _COUNTED = {"missing": "missing cells", "duplicate": "duplicate rows", "error": "error rows",
-            "audit": "kernel audit failures"}
+            "audit": "kernel audit failures", "wiring": "wiring audit failures",
+            "model_differs": "model-vs-SGLang differences"}
 
 
 def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[Finding],

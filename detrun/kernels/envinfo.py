@@ -37,8 +37,11 @@ def seen_flags(names: Iterable[str]) -> Dict[str, str]:
     return {k: os.environ[k] for k in sorted(set(names) | BOOL_FLAGS) if k in os.environ}
 
 
-def environment(device: torch.device, flags: Dict[str, str]) -> Dict[str, object]:
+def environment(device: torch.device, flags: Dict[str, str], sglang: str = "") -> Dict[str, object]:
+    """The row's environment fields; sglang: the SGLang version a backend-sglang task runs ("" otherwise: the
+    other backends run none of its code, so an installed SGLang changes no fingerprint of theirs)."""
     env: Dict[str, object] = {
+        "sglang": sglang,
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "torch": str(torch.__version__),  # a TorchVersion would make the driver import torch

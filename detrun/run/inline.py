@@ -7,6 +7,7 @@ import contextlib
 import os
 from typing import Iterator, List, Mapping
 
+from ..errors import DetrunError
 from ..spec.matrix import shards
 from ..spec.model import JobSpec
 from ..store.runs import RunStore
@@ -41,6 +42,9 @@ def run_inline(store: RunStore, spec: JobSpec, run_id: str, gpus: int = 1) -> Li
     for shard in shards(spec, gpus):
         with task_env(spec.env):
             out = run_shard(data, shard, run_id)
+        if out.get("environment_error"):  # another SGLang than the job names: no rows of it
+            store.finish_run(run_id, RunStatus.INCOMPLETE, failures=[out["environment_error"]])
+            raise DetrunError(out["environment_error"])
         left += [f"{deferred_cell(d).label}: {d['reason']}" for d in out["deferred"]]
         store.write_blobs(out["blobs"])
         store.write_rows(run_id, shard.shard_id, out["rows"])

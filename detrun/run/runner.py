@@ -310,6 +310,9 @@ class _ShardRun:
         driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
                   "get_s": time.perf_counter() - start}
         out["timings"] = dict(out.get("timings", {}), driver=driver)
+        if out.get("environment_error"):  # another SGLang than the job names: no rows of it, the run stops
+            self.result.failures.append(f"shard {shard.shard_id}: {out['environment_error']}")
+            raise DetrunError(out["environment_error"])
         if out.get("deferred"):
             return self._isolate(shard, out, [Isolated(shard, deferred_cell(d), d["kind"], d["reason"])
                                               for d in out["deferred"]], bundle)

@@ -27,7 +27,15 @@ from ..envflags import (
     env_bool,
 )
 from ..errors import first_line
-from ..kernels.backends.base import USE_PAGED_FLAG, AttentionBackend, BackendUnavailable, KnownBug, Output, Unsupported
+from ..kernels.backends.base import (
+    USE_PAGED_FLAG,
+    AttentionBackend,
+    BackendUnavailable,
+    EnvironmentMismatch,
+    KnownBug,
+    Output,
+    Unsupported,
+)
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.envinfo import environment, seen_flags
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
@@ -58,12 +66,36 @@ def import_flashinfer(stages: Optional[Stages] = None) -> None:
         import flashinfer  # noqa: F401
 
 
+def installed_sglang() -> str:
+    """The installed SGLang's version ("" when none), read without importing it (the import takes 20-30 s)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def check_sglang(spec: JobSpec, installed: Callable[[], str] = installed_sglang) -> str:
+    """The installed SGLang's version when it is the one the job names; else EnvironmentMismatch (exit 2)."""
+    want = spec.sglang.version if spec.sglang is not None else "?"
+    have = installed()
+    if have != want:
+        found = f"SGLang {have} is installed" if have else "no SGLang is installed"
+        raise EnvironmentMismatch(f"backend sglang: the job names SGLang {want} but {found} in the task's "
+                                  "environment")
+    return have
+
+
 def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
     """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
-    flashinfer, which must import (load): never a silent fallback. Raises BackendUnavailable."""
+    flashinfer, which must import (load): never a silent fallback. sglang needs CUDA, flashinfer and the SGLang
+    the job names. Raises BackendUnavailable (EnvironmentMismatch for another SGLang)."""
     asked = spec.backend
     if asked == "reference":
         return "reference", ""
+    if asked == "sglang":  # the environment first: another SGLang is exit 2 wherever the task runs
+        check_sglang(spec)
     if not has_cuda:
         if asked == "auto":
             return "reference", "backend auto -> reference (no CUDA device in the task)"
@@ -74,7 +106,21 @@ def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = im
         raise BackendUnavailable(
             f"backend {asked}: the task has a CUDA device but flashinfer failed to import: "
             f"{first_line(exc, limit=500)}") from exc
+    if asked == "sglang":
+        return "sglang", ""
     return "flashinfer", "backend auto -> flashinfer" if asked == "auto" else ""
+
+
+def cell_bounds(phase: str, batch, spec: JobSpec) -> List[int]:
+    """Row bounds of each request in a cell's output: decode one row each; dllm its last dllm_block_size
+    query rows; prefill its qo_len rows (batch.qo_indptr)."""
+    n = len(batch.requests)
+    if phase == "decode":
+        return list(range(n + 1))
+    if phase == "dllm":
+        block = spec.sglang.dllm_block_size if spec.sglang is not None else 0
+        return list(range(0, n * block + 1, block))
+    return batch.qo_indptr.tolist()
 
 
 def digest_lag(depth: int) -> int:
@@ -89,6 +135,10 @@ def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optiona
         from ..kernels.backends.reference import ReferenceBackend
 
         return ReferenceBackend(spec, device, stages)
+    if name == "sglang":
+        from ..kernels.backends.sglang import SGLangBackend  # imports SGLang: only here, inside a task
+
+        return SGLangBackend(spec, device, stages)
     from ..kernels.backends.flashinfer import FlashInferBackend  # imported only here, inside a task
 
     return FlashInferBackend(spec, device, stages)
@@ -111,20 +161,27 @@ class ShardRunner:
             prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
         self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
         self.backend: Optional[AttentionBackend] = None
+        self.environment_error = ""  # the task's environment is not the job's: no rows, the run stops (exit 2)
         with self.stages("backend init"):
             try:
                 self.backend_name, self.note = resolve_backend(
                     spec, cuda_present(self.device), functools.partial(import_flashinfer, self.stages))
-            except BackendUnavailable as exc:  # only flashinfer can be unavailable: its rows say so
-                self.backend_name, self.note = "flashinfer", str(exc)
+            except EnvironmentMismatch as exc:
+                self.backend_name, self.note, self.environment_error = spec.backend, "", str(exc)
                 self.poisoned = str(exc)
+            except BackendUnavailable as exc:  # flashinfer (or sglang's) unavailable: its rows say so
+                self.backend_name = "sglang" if spec.backend == "sglang" else "flashinfer"
+                self.note = self.poisoned = str(exc)
             else:
-                if self.backend_name == "flashinfer":
+                if self.backend_name in ("flashinfer", "sglang"):
                     self.jit.restore()  # before the first plan: FlashInfer then loads what others compiled
-                self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
+                try:
+                    self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
+                except EnvironmentMismatch as exc:
+                    self.environment_error = self.poisoned = str(exc)
         flags = seen_flags(spec.env)
         with self.stages("environment"):
-            env = environment(self.device, flags)
+            env = environment(self.device, flags, sglang=installed_sglang() if spec.backend == "sglang" else "")
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,
                            use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
@@ -172,7 +229,7 @@ class ShardRunner:
         digests each request's rows and, in the same launch, its last row alone; decode has one row per
         request."""
         decode = cell.phase == "decode"
-        bounds = list(range(len(batch.requests) + 1)) if decode else batch.qo_indptr.tolist()
+        bounds = cell_bounds(cell.phase, batch, self.spec)
         with self.stages("digest"):
             if self.streams:
                 after = torch.cuda.Event()
@@ -227,7 +284,8 @@ class ShardRunner:
               digests: Optional[List[dict]] = None):
         if output is not None:
             ran = dict(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
-                       kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms)
+                       kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms,
+                       wiring=json.dumps(output.wiring, sort_keys=True) if output.wiring is not None else "")
         for i, request in enumerate(self.spec.members(cell.case)):
             key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
             row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
@@ -294,7 +352,7 @@ class ShardRunner:
                 with self.stages("digest: wait for prewarm"):
                     ready()
             backend = cast(AttentionBackend, self.backend)  # built: the task is not poisoned
-            forward = backend.forward_decode if cell.phase == "decode" else backend.forward
+            forward = {"decode": backend.forward_decode, "dllm": backend.forward_dllm}.get(cell.phase, backend.forward)
             with self.stages("forward"):
                 output = forward(batch, cell.mode, cell.repeat)
         except Exception as exc:
@@ -321,6 +379,10 @@ class ShardRunner:
     def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
         """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
         isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
+        if self.environment_error:  # no rows of the wrong environment: the driver stops the run
+            self.draws.close()
+            return {"rows": [], "blobs": {}, "note": "", "deferred": [], "environment_error": self.environment_error,
+                    "timings": {"stages": self.stages.as_dict()}}
         batches: dict = {}
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
         with self.main_stream(), self.collector:

@@ -11,11 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, DIGEST_STREAM, FORBIDDEN_FLAGS, digest_depth, digest_stream, parse_bool
 from ..errors import DetrunError
-from .sglang import CAPTURE_BS_0510, TENSOR_CORE_FLAG, apply_profile
+from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, TENSOR_CORE_FLAG, apply_profile, reads_use_paged
 from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]
-Phase = Literal["prefill", "decode"]  # decode: one new token per request over its whole cache
+# decode: one new token per request over its whole cache; dllm: SGLang's DLLM_EXTEND (backend: sglang), each
+# request's last sglang.dllm_block_size tokens over the rest as prefix
+Phase = Literal["prefill", "decode", "dllm"]
 
 
 def _all_modes() -> List[Mode]:
@@ -97,6 +99,7 @@ class SGLangProfile(_Model):
 
     version: str  # one of sglang.VERSIONS (apply_profile refuses another)
     deterministic_inference: bool = False
+    dllm_block_size: int = Field(default=32, ge=1)  # phase dllm (backend sglang): DLLM_EXTEND's block
 
 
 class FlashInferOpts(_Model):
@@ -148,7 +151,8 @@ class Limits(_Model):
 
 class JobSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # run ids start with it
-    backend: Literal["auto", "flashinfer", "reference"] = "auto"
+    # sglang: SGLang's own FlashInferAttnBackend (kernels/backends/sglang.py), the version `sglang:` names
+    backend: Literal["auto", "flashinfer", "reference", "sglang"] = "auto"
     env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
     expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (judge/claims.py)
@@ -223,6 +227,13 @@ class JobSpec(_Model):
         if len(set(values)) != len(values):
             raise ValueError(f"{info.field_name} must not repeat")
         return values
+
+    @model_validator(mode="after")
+    def _sglang_backend(self) -> "JobSpec":
+        if self.backend == "sglang" and (self.sglang is None or not reads_use_paged(self.sglang.version)):
+            raise ValueError("backend: sglang runs SGLang's own FlashInferAttnBackend; it needs sglang: {version: ...} "
+                             f"of {SGLANG_BACKEND_MIN} or newer (the first that reads SGLANG_FLASHINFER_USE_PAGED)")
+        return self
 
     @model_validator(mode="after")
     def _cases(self) -> "JobSpec":

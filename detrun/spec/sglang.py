@@ -20,6 +20,7 @@ ENV = "python/sglang/srt/environ.py"
 CG = "python/sglang/srt/model_executor/cuda_graph_runner.py"
 
 TENSOR_CORE_FLAG = "SGLANG_FLASHINFER_USE_TENSOR_CORE"
+SGLANG_BACKEND_MIN = "0.5.11"  # the first SGLang that reads SGLANG_FLASHINFER_USE_PAGED (PR #24165)
 MIB = 1 << 20
 
 
@@ -99,6 +100,15 @@ PROFILES: Dict[Tuple[str, bool], dict] = {
 }
 VERSIONS = sorted({v for v, _ in PROFILES})
 KNOB_PATHS = tuple(PROFILES[("0.5.10", True)]["knobs"])  # every profile sets the same knobs
+
+
+def _release(version: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+def reads_use_paged(version: str) -> bool:
+    """Does this SGLang release read SGLANG_FLASHINFER_USE_PAGED (0.5.11 and later)?"""
+    return _release(version) >= _release(SGLANG_BACKEND_MIN)
 
 
 def profile_name(version: str, deterministic: bool) -> str:

@@ -47,7 +47,7 @@ SCHEMA = pa.schema(
         ("case", pa.string()),
         ("request", pa.string()),
         ("mode", pa.string()),
-        ("phase", pa.string()),  # prefill | decode
+        ("phase", pa.string()),  # prefill | decode | dllm
         ("repeat", pa.int32()),
         ("slot", pa.int32()),
         ("shard", pa.string()),
@@ -67,6 +67,7 @@ SCHEMA = pa.schema(
         ("last_lse_digest", pa.string()),
         ("plan", pa.string()),  # JSON
         ("kernels", pa.list_(pa.string())),
+        ("wiring", pa.string()),  # JSON, backend sglang: what SGLang planned and ran (judge/wiring.py); else ""
         ("plan_ms", pa.float64()),
         ("run_ms", pa.float64()),
         ("flags", pa.string()),  # JSON, as the task saw them
@@ -80,6 +81,7 @@ SCHEMA = pa.schema(
         ("cuda", pa.string()),
         ("torch", pa.string()),
         ("flashinfer", pa.string()),
+        ("sglang", pa.string()),  # backend sglang: the SGLang version whose code ran ("" for other backends)
         ("ray", pa.string()),
         ("python", pa.string()),
         ("fingerprint", pa.string()),
@@ -90,7 +92,7 @@ SCHEMA = pa.schema(
 STATUSES = tuple(s.value for s in Status)  # the stored strings
 _DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
 # Columns added to SCHEMA later, and what a row stored before has there (None: null).
-ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None}
+ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None, "sglang": "", "wiring": ""}
 
 
 def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:

@@ -31,6 +31,11 @@ class BackendUnavailable(Exception):
     """The backend asked for cannot run in this task (one line that says why; its cells become error rows)."""
 
 
+class EnvironmentMismatch(BackendUnavailable):
+    """The task's environment is not the one the job names (another SGLang installed, or none): the run stops
+    with exit 2 instead of writing rows of the wrong version."""
+
+
 class KnownBug(Exception):
     """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
 
@@ -45,6 +50,7 @@ class Output:
     kernels: List[str] = field(default_factory=list)
     plan_ms: float = 0.0
     timer: Optional["KernelTime"] = None  # the run's kernel time: run_ms waits for it
+    wiring: Optional[Dict[str, object]] = None  # backend sglang: what SGLang planned and ran (judge/wiring.py)
 
     @property
     def run_ms(self) -> float:
@@ -116,6 +122,11 @@ class AttentionBackend(abc.ABC):
         over its whole cache (batch.full: prefix and all qo_len tokens, itself included). out [bs, Hq, D],
         lse [bs, Hq], in request order; path PATH_DECODE. Raise Unsupported or KnownBug to say why not."""
         raise Unsupported(f"{self.name}: no decode")
+
+    def forward_dllm(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """SGLang's DLLM_EXTEND: each request's last dllm_block_size query rows over the rest as prefix (only
+        the sglang backend runs it: detrun's model has no DLLM_EXTEND)."""
+        raise Unsupported(f"{self.name}: no DLLM_EXTEND (only backend sglang runs SGLang's dLLM path)")
 
 
 def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> Tuple[object, float]:
