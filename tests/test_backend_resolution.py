@@ -84,3 +84,45 @@ def test_a_shard_whose_backend_is_unavailable_is_all_error_rows(fake_flashinfer,
     assert {r["backend"] for r in rows} == {"flashinfer"}
     assert {r["use_paged"] for r in rows} == {True}  # read from the env, with no backend built
     assert out["note"] == REASON
+
+
+def _sglang_spec(version="0.5.23"):
+    return spec_from_dict(small(backend="sglang", sglang={"version": version}))
+
+
+@pytest.mark.parametrize("installed, found", [("0.5.22", "SGLang 0.5.22 is installed"),
+                                              ("", "no SGLang is installed")])
+def test_backend_sglang_with_another_or_no_sglang_is_an_environment_mismatch(monkeypatch, installed, found):
+    monkeypatch.setattr(worker, "installed_sglang", lambda: installed)
+    from detrun.kernels.backends.base import EnvironmentMismatch
+
+    with pytest.raises(EnvironmentMismatch) as err:
+        resolve_backend(_sglang_spec(), has_cuda=True)
+    assert str(err.value) == (f"backend sglang: the job names SGLang 0.5.23 but {found} in the task's environment")
+
+
+def test_backend_sglang_with_its_sglang_but_no_cuda_is_unavailable(monkeypatch):
+    monkeypatch.setattr(worker, "installed_sglang", lambda: "0.5.23")
+    with pytest.raises(BackendUnavailable, match="^backend sglang: the task has no CUDA device$"):
+        resolve_backend(_sglang_spec(), has_cuda=False)
+
+
+def test_backend_sglang_needs_a_release_that_reads_the_flag():
+    from detrun.errors import DetrunError
+
+    with pytest.raises(DetrunError, match=r"backend: sglang runs SGLang's own FlashInferAttnBackend; .* 0\.5\.11 or"):
+        _sglang_spec("0.5.10")
+
+
+def test_another_sglang_in_the_task_stops_the_run_with_exit_2_and_no_rows(monkeypatch, store, capsys):
+    """The driver (here the in-process runner) stops on the task's environment error: no rows are written,
+    the run is not complete, and it is a DetrunError (the CLI's exit 2)."""
+    from detrun.errors import DetrunError
+    from tests.helpers import run_inline
+
+    monkeypatch.setattr(worker, "installed_sglang", lambda: "0.5.22")
+    with pytest.raises(DetrunError, match="SGLang 0.5.22 is installed") as err:
+        run_inline(store, small(backend="sglang", sglang={"version": "0.5.23"}), "wrong-sglang")
+    assert type(err.value) is DetrunError
+    assert store.read_rows(["wrong-sglang"]).num_rows == 0
+    assert store.manifest("wrong-sglang")["status"] != "complete"
