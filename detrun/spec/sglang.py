@@ -101,8 +101,8 @@ class FullPrefillGraph:
 FULL_PREFILL_GRAPH_0523 = FullPrefillGraph(
     slots=8192 // 512, buckets=_prefill_buckets(8192), max_padding=2,
     cite=(f"{FB}:820-838 (plain EXTEND: use_ragged=False, no split arguments), {FB}:1249-1313 (its wrappers and "
-          f"workspace), {FB}:1342-1349; slots: {SETUP}:581-589 (chunked_prefill_size // 512); buckets: "
-          f"{MEM}:233-236, {MEM}:265-268, {CGH}:480-497; captured largest first: {PREFILL_RUN}:1715; "
+          f"workspace, sized at {FB}:1205-1247), {FB}:1342-1349; slots: {SETUP}:581-589 (chunked_prefill_size // "
+          f"512); buckets: {MEM}:233-236, {MEM}:265-268, {CGH}:480-497; captured largest first: {PREFILL_RUN}:1715; "
           f"replay: {PREFILL_RUN}:1271-1293 (slot-padded plan), eager above {PREFILL_RUN}:1363-1364, "
           f"{PREFILL_RUN}:1414-1420"))
 
