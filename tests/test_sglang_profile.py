@@ -165,16 +165,27 @@ def test_a_job_without_a_profile_still_lists_its_knobs():
         spec_from_dict(small(sglang_overridden=["page_size"]))
 
 
-@pytest.mark.parametrize("path, det", [("jobs/sglang-deterministic.yaml", True), ("jobs/sglang-default.yaml", False)])
-def test_shipped_sglang_jobs(path, det):
+@pytest.mark.parametrize("path, version, det", [
+    ("jobs/sglang-deterministic.yaml", "0.5.10", True), ("jobs/sglang-default.yaml", "0.5.10", False),
+    ("jobs/sglang-0523-deterministic.yaml", "0.5.23", True), ("jobs/sglang-0523-default.yaml", "0.5.23", False),
+])
+def test_shipped_sglang_jobs(path, version, det):
     spec = load_spec(path)
-    assert effective_knobs(spec) == {"profile": f"sglang-0.5.10-{'deterministic' if det else 'default'}",
-                                     **PINNED[("0.5.10", det)], "flashinfer.decode.tensor_cores": True,
+    assert effective_knobs(spec) == {"profile": f"sglang-{version}-{'deterministic' if det else 'default'}",
+                                     **PINNED[(version, det)], "flashinfer.decode.tensor_cores": True,
                                      "overridden": []}
-    assert (spec.heads.qo, spec.heads.kv, spec.head_dim) == (32, 8, 128)
+    assert (spec.heads.qo, spec.heads.kv, spec.head_dim) == (32, 8, 128) and spec.env == {}
     assert spec.expect["repeat"] == "bitwise" and ("batch" in spec.expect) is det
     assert len(spec.members("crowd")) == 6 and spec.request("sibling").prefix == "target_p"
     assert spec.phases == ["prefill", "decode"]
+
+
+def test_the_shipped_flag_job_sets_the_flag_0523_reads():
+    spec = load_spec("jobs/sglang-0523-paged.yaml")
+    assert effective_knobs(spec)["profile"] == "sglang-0.5.23-default" and spec.sglang_overridden == []
+    assert spec.bool_flags == {"SGLANG_FLASHINFER_USE_PAGED": True} and spec.phases == ["prefill", "decode"]
+    with pytest.raises(DetrunError, match="SGLang 0.5.10 does not read it"):
+        load_spec("jobs/sglang-0523-paged.yaml", ['sglang={version: "0.5.10"}'])
 
 
 def test_rows_carry_the_knobs_and_the_verdict_names_the_profile(store):
