@@ -20,14 +20,17 @@ FORBIDDEN_FLAGS = frozenset({"CUDA_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUD
 
 
 def parse_bool(name: str, value: str) -> bool:
-    """Parse like SGLang's EnvBool, but raise instead of falling back to the default."""
-    low = str(value).strip().lower()
+    """Parse as SGLang's EnvBool does (environ.py: value.lower(), no stripping, in true/1/yes/y or false/0/no/n),
+    but raise where SGLang would warn and read the default (False), so no value means one thing here and another
+    in SGLang."""
+    low = str(value).lower()
     if low in TRUE_WORDS:
         return True
     if low in FALSE_WORDS:
         return False
     raise ValueError(
-        f"{name}={value!r} is not a boolean (use one of {', '.join(TRUE_WORDS + FALSE_WORDS)})"
+        f"{name}={value!r} is not a boolean: SGLang would warn and read it as false "
+        f"(use one of {', '.join(TRUE_WORDS + FALSE_WORDS)})"
     )
 
 

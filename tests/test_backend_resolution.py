@@ -87,7 +87,7 @@ def test_a_shard_whose_backend_is_unavailable_is_all_error_rows(fake_flashinfer,
 
 
 def _sglang_spec(version="0.5.23"):
-    return spec_from_dict(small(backend="sglang", sglang={"version": version}))
+    return spec_from_dict(small(backend="sglang", sglang={"version": version}, env={}))
 
 
 @pytest.mark.parametrize("installed, found", [("0.5.22", "SGLang 0.5.22 is installed"),

@@ -18,8 +18,8 @@ from tests.helpers import cli_main, one_line, run_inline, small
 
 CAPTURE = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160,
            168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256]
-# SGLang 0.5.10's FlashInfer knobs, read from its code (docs/sglang-profiles.md has the lines): the one place
-# the tests state them.
+# SGLang's FlashInfer knobs, read from its code (docs/sglang-profiles.md has the lines): the one place the
+# tests state them. 0.5.23 sets the same values as 0.5.10 (from other lines, and it reads the flag).
 PINNED = {
     ("0.5.10", True): {
         "deterministic": True, "page_size": 1, "flashinfer.backend": "fa2", "flashinfer.ragged_backend": "auto",
@@ -38,6 +38,7 @@ PINNED = {
         "flashinfer.decode.capture_batch_sizes": CAPTURE,
     },
 }
+PINNED.update({("0.5.23", det): PINNED[("0.5.10", det)] for det in (True, False)})
 DET = {"version": "0.5.10", "deterministic_inference": True}
 DEFAULT = {"version": "0.5.10", "deterministic_inference": False}
 
@@ -55,13 +56,17 @@ def test_the_table_holds_the_pinned_knobs_each_with_its_line():
         assert profile_values(*key) == knobs
         for path, cite in citations(*key).items():
             assert re.match(r"python/sglang/srt/[\w/]+\.py:\d+", cite), (path, cite)
+    # 0.5.23 cites its own lines for every knob (the file moved or the line did), never 0.5.10's
+    for det in (True, False):
+        old, new = citations("0.5.10", det), citations("0.5.23", det)
+        assert all(old[path] != new[path] for path in new), [p for p in new if old[p] == new[p]]
 
 
 @pytest.mark.parametrize("key", sorted(PINNED))
 def test_a_profile_fills_the_spec_and_every_row_records_its_knobs(key):
     spec = spec_from_dict(job(dict(zip(("version", "deterministic_inference"), key))))
     expected = {**PINNED[key], "flashinfer.decode.tensor_cores": True}  # None: SGLang's rule, GQA group 4
-    assert effective_knobs(spec) == {"profile": f"sglang-0.5.10-{'deterministic' if key[1] else 'default'}",
+    assert effective_knobs(spec) == {"profile": f"sglang-{key[0]}-{'deterministic' if key[1] else 'default'}",
                                      **expected, "overridden": []}
     assert spec.deterministic is key[1] and spec.page_size == 1 and spec.sglang_overridden == []
 
@@ -110,7 +115,7 @@ def test_env_flags_the_profile_reads_set_its_knobs():
     (DET, {"SGLANG_FLASHINFER_NEW_KNOB": "1"}, "env.SGLANG_FLASHINFER_NEW_KNOB: not a flag SGLang 0.5.10's"),
     (DET, {"SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE": "4k"}, "'4k' is not a positive integer"),
     (DEFAULT, {"SGLANG_FLASHINFER_WORKSPACE_SIZE": "1000"}, "is not a positive multiple of 1048576"),
-    ({"version": "0.5.9"}, {}, "sglang.version: unknown SGLang version '0.5.9' (known: 0.5.10)"),
+    ({"version": "0.5.9"}, {}, "sglang.version: unknown SGLang version '0.5.9' (known: 0.5.10, 0.5.23)"),
     ({"version": "0.5.10", "deterministic_inference": "yes"}, {}, "sglang.deterministic_inference: true or false"),
 ])
 def test_refused_profiles_name_the_field_in_one_line(profile, env, needle):
@@ -160,16 +165,27 @@ def test_a_job_without_a_profile_still_lists_its_knobs():
         spec_from_dict(small(sglang_overridden=["page_size"]))
 
 
-@pytest.mark.parametrize("path, det", [("jobs/sglang-deterministic.yaml", True), ("jobs/sglang-default.yaml", False)])
-def test_shipped_sglang_jobs(path, det):
+@pytest.mark.parametrize("path, version, det", [
+    ("jobs/sglang-deterministic.yaml", "0.5.10", True), ("jobs/sglang-default.yaml", "0.5.10", False),
+    ("jobs/sglang-0523-deterministic.yaml", "0.5.23", True), ("jobs/sglang-0523-default.yaml", "0.5.23", False),
+])
+def test_shipped_sglang_jobs(path, version, det):
     spec = load_spec(path)
-    assert effective_knobs(spec) == {"profile": f"sglang-0.5.10-{'deterministic' if det else 'default'}",
-                                     **PINNED[("0.5.10", det)], "flashinfer.decode.tensor_cores": True,
+    assert effective_knobs(spec) == {"profile": f"sglang-{version}-{'deterministic' if det else 'default'}",
+                                     **PINNED[(version, det)], "flashinfer.decode.tensor_cores": True,
                                      "overridden": []}
-    assert (spec.heads.qo, spec.heads.kv, spec.head_dim) == (32, 8, 128)
+    assert (spec.heads.qo, spec.heads.kv, spec.head_dim) == (32, 8, 128) and spec.env == {}
     assert spec.expect["repeat"] == "bitwise" and ("batch" in spec.expect) is det
     assert len(spec.members("crowd")) == 6 and spec.request("sibling").prefix == "target_p"
     assert spec.phases == ["prefill", "decode"]
+
+
+def test_the_shipped_flag_job_sets_the_flag_0523_reads():
+    spec = load_spec("jobs/sglang-0523-paged.yaml")
+    assert effective_knobs(spec)["profile"] == "sglang-0.5.23-default" and spec.sglang_overridden == []
+    assert spec.bool_flags == {"SGLANG_FLASHINFER_USE_PAGED": True} and spec.phases == ["prefill", "decode"]
+    with pytest.raises(DetrunError, match="SGLang 0.5.10 does not read it"):
+        load_spec("jobs/sglang-0523-paged.yaml", ['sglang={version: "0.5.10"}'])
 
 
 def test_rows_carry_the_knobs_and_the_verdict_names_the_profile(store):

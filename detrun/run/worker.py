@@ -76,10 +76,10 @@ def installed_sglang() -> str:
         return ""
 
 
-def check_sglang(spec: JobSpec, installed: Callable[[], str] = installed_sglang) -> str:
+def check_sglang(spec: JobSpec) -> str:
     """The installed SGLang's version when it is the one the job names; else EnvironmentMismatch (exit 2)."""
     want = spec.sglang.version if spec.sglang is not None else "?"
-    have = installed()
+    have = installed_sglang()
     if have != want:
         found = f"SGLang {have} is installed" if have else "no SGLang is installed"
         raise EnvironmentMismatch(f"backend sglang: the job names SGLang {want} but {found} in the task's "

@@ -1,26 +1,45 @@
 """SGLang profiles: the FlashInfer knobs SGLang sets, per (version, --enable-deterministic-inference).
 
 PROFILES is the one table: each knob's value and where SGLang sets it (file:line at that version's tag,
-read from the released wheel, whose `sglang/` is the tag's `python/sglang/`), and the env flags that
-version reads. A job's `sglang: {version, deterministic_inference}` fills the knobs it did not set
-(apply_profile, at spec validation); a knob it set overrides the profile and is recorded in
-`sglang_overridden`. effective_knobs(spec) is what every row records (its `knobs` column).
-No torch, no pydantic: the driver side imports it.
+read from the released wheel, whose `sglang/` is the tag's `python/sglang/`), the env flags that version
+reads, and what its `cudagraph` prefill is (full_prefill_graph). A job's `sglang: {version,
+deterministic_inference}` fills the knobs it did not set (apply_profile, at spec validation); a knob it set
+overrides the profile and is recorded in `sglang_overridden`. effective_knobs(spec) is what every row
+records (its `knobs` column). No torch, no pydantic: the driver side imports it.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, cast
 
-FB = "python/sglang/srt/layers/attention/flashinfer_backend.py"
-SA = "python/sglang/srt/server_args.py"
-ENV = "python/sglang/srt/environ.py"
-CG = "python/sglang/srt/model_executor/cuda_graph_runner.py"
+SRT = "python/sglang/srt"
+FB = f"{SRT}/layers/attention/flashinfer_backend.py"
+ENV = f"{SRT}/environ.py"
+# 0.5.10's server arguments and decode graph runner
+SA = f"{SRT}/server_args.py"
+CG = f"{SRT}/model_executor/cuda_graph_runner.py"
+# 0.5.23 moved server-argument resolution into arg_groups/ and the graph runners into model_executor/runner/
+MEM = f"{SRT}/arg_groups/memory_hook.py"
+CGH = f"{SRT}/arg_groups/cuda_graph_hook.py"
+OVR = f"{SRT}/arg_groups/overrides.py"
+SERVE = f"{SRT}/arg_groups/serving_hook.py"
+EXEC = f"{SRT}/arg_groups/fields/exec_.py"
+SETUP = f"{SRT}/model_executor/model_runner_components/cuda_graph_setup.py"
+BASE_RUN = f"{SRT}/model_executor/runner/base_cuda_graph_runner.py"
+DECODE_RUN = f"{SRT}/model_executor/runner/decode_cuda_graph_runner.py"
+PREFILL_RUN = f"{SRT}/model_executor/runner/prefill_cuda_graph_runner.py"
+COMMON = f"{SRT}/utils/common.py"
 
 TENSOR_CORE_FLAG = "SGLANG_FLASHINFER_USE_TENSOR_CORE"
 SGLANG_BACKEND_MIN = "0.5.11"  # the first SGLang that reads SGLANG_FLASHINFER_USE_PAGED (PR #24165)
+USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
+WORKSPACE_FLAG = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
+PREFILL_TILE_FLAG = "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"
+DECODE_TILE_FLAG = "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"
+DETERMINISTIC_FLAG = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
 MIB = 1 << 20
 
 
@@ -32,73 +51,196 @@ class Knob:
     unit: int = 1  # the flag's unit in the knob's (bytes for a MiB knob)
 
 
-# SGLang 0.5.10 on an H200 (tp < 4): [1, 2, 4, 8, 12, 16, 24, ..., 256]
-CAPTURE_BS_0510 = [1, 2, 4, 8, 12] + list(range(16, 257, 8))
+# Decode capture batch sizes on an H200 (tp < 4: max 256), the same in 0.5.10 and 0.5.23:
+# [1, 2, 4, 8, 12, 16, 24, ..., 256]
+CAPTURE_BS_H200 = [1, 2, 4, 8, 12] + list(range(16, 257, 8))
+CAPTURE_BS_0510 = CAPTURE_BS_H200  # DecodeOpts' default
 
 
-def _profile_0510(det: bool) -> dict:
-    """SGLang 0.5.10's FlashInferAttnBackend (flashinfer-python 0.6.7.post2; 0.5.10.post1 pins 0.6.7.post3
-    and its four cited files are the same)."""
+def _prefill_buckets(max_tokens: int) -> Tuple[int, ...]:
+    """SGLang 0.5.23's prefill capture token counts up to max_tokens (CGH:480-497)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return tuple(n for n in sizes if n <= max_tokens)
+
+
+@dataclass(frozen=True)
+class FullPrefillGraph:
+    """SGLang's full prefill CUDA graph (plain EXTEND; 0.5.23, opt-in): what detrun's `cudagraph` prefill models
+    under that version. Every plan is paged (FB:820-838), split-KV left to FlashInfer (no split arguments),
+    over `slots` requests (zero-length sentinels after the batch) with total_num_rows fixed by the largest
+    bucket, which SGLang captures first; its wrappers have a workspace of their own (workspace_bytes)."""
+
+    slots: int
+    buckets: Tuple[int, ...]  # captured aggregate token counts; a batch replays the smallest >= its tokens
+    max_padding: int  # a batch whose bucket exceeds this many times its tokens runs eager
+    cite: str
+
+    def takes(self, qo_lens: List[int]) -> bool:
+        """Whether SGLang replays the graph for a batch of these new-token counts (else it runs eager)."""
+        tokens = sum(qo_lens)
+        bucket = next((n for n in self.buckets if n >= tokens), None)
+        return len(qo_lens) <= self.slots and bucket is not None and bucket <= tokens * self.max_padding
+
+    def capture_lens(self) -> List[int]:
+        """Each slot's tokens in SGLang's first capture: the largest bucket, then zero-length sentinels
+        (PREFILL_RUN:1533-1540; one request, as a model's context is at least the bucket)."""
+        return [max(self.buckets)] + [0] * (self.slots - 1)
+
+    def workspace_bytes(self, qo_heads: int, kv_heads: int, head_dim: int, num_sm: int) -> int:
+        """The graph wrappers' own float workspace: FB:1205-1247 (_full_cg_prefill_workspace_bytes, 1.25 x
+        FlashInfer's split-KV worst case for the largest bucket)."""
+        group, tokens = qo_heads // kv_heads, max(self.buckets)
+        max_qo_len = (tokens - self.slots + 1) * group
+        cta_tile_q = 128 if max_qo_len > 64 and head_dim < 256 else 64 if max_qo_len > 16 else 16
+        tiles = -(-tokens * group // cta_tile_q) + self.slots - 1
+        per_row = qo_heads * max(2 * num_sm // kv_heads, tiles) * cta_tile_q * 4
+        return int((per_row * head_dim + per_row) * 1.25)
+
+
+# SGLang 0.5.23 on an H200 (tp 1): chunked prefill 8192 (MEM:146-154) -> 16 request slots, buckets up to 8192
+FULL_PREFILL_GRAPH_0523 = FullPrefillGraph(
+    slots=8192 // 512, buckets=_prefill_buckets(8192), max_padding=2,
+    cite=(f"{FB}:820-838 (plain EXTEND: use_ragged=False, no split arguments), {FB}:1249-1313 (its wrappers and "
+          f"workspace, sized at {FB}:1205-1247), {FB}:1342-1349; slots: {SETUP}:581-589 (chunked_prefill_size // "
+          f"512); buckets: {MEM}:233-236, {MEM}:265-268, {CGH}:480-497; captured largest first: {PREFILL_RUN}:1715; "
+          f"replay: {PREFILL_RUN}:1271-1293 (slot-padded plan), eager above {PREFILL_RUN}:1363-1364, "
+          f"{PREFILL_RUN}:1414-1420"))
+
+
+def _cite(cites: Mapping[str, object], key: str, det: bool) -> str:
+    text = cites[key]
+    return text if isinstance(text, str) else cast(Tuple[str, str], text)[0 if det else 1]
+
+
+def _profile(version: str, det: bool, cites: Mapping[str, object],
+             prefill_graph: Optional[FullPrefillGraph] = None) -> dict:
+    """One profile: the knobs (the same values in every known version; each with its version's line: cites[path],
+    one text or a (deterministic, default) pair), the env flags the version reads and those it refuses, and
+    how its `cudagraph` prefill plans (None: detrun's own capture of the eager choice, no SGLang path)."""
+    c = lambda key: _cite(cites, key, det)  # noqa: E731
     knobs = {
-        "deterministic": Knob(det, f"{SA}:666 (--enable-deterministic-inference), {FB}:185-187; eager prefill "
-                                   f"paged when set: {FB}:488-490"),
-        "page_size": Knob(1, f"{SA}:2546-2548 (page_size None -> 1); decode plans pass 1: {FB}:1152, {FB}:1171; "
-                             f"prefill: {FB}:1501"),
-        "flashinfer.backend": Knob("fa2", f"{FB}:129 (prefill_backend = 'fa2'), {FB}:272-276 (paged wrappers)"),
-        "flashinfer.ragged_backend": Knob("auto", f"{FB}:248-262 ('auto'; 'cutlass' only on SM100 with piecewise "
-                                                  "CUDA graphs disabled)"),
-        "flashinfer.kv_layout": Knob("NHD", f"{FB}:261, {FB}:274, {FB}:288, {FB}:569"),
-        "flashinfer.workspace_mb": (
-            Knob(2048, f"{FB}:200 (sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB)") if det else
-            Knob(384, f"{ENV}:349 (384 MiB), read at {FB}:206 ({FB}:170-180 raise it to 512 MiB for "
-                      "Qwen2/Qwen3/MiMo architectures)", env="SGLANG_FLASHINFER_WORKSPACE_SIZE", unit=MIB)),
-        "flashinfer.fixed_split_size": (
-            Knob(4096, f"{FB}:193-195, passed to the paged plan only: {FB}:509, {FB}:1506",
-                 env="SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE") if det else
-            Knob(None, f"{FB}:188, {FB}:509")),
-        "flashinfer.disable_split_kv": Knob(False, f"{FB}:1493-1511 (the prefill plan passes no disable_split_kv)"),
-        "flashinfer.decode.tensor_cores": (
-            Knob(True, f"{FB}:192") if det else
-            Knob(None, f"{FB}:142-149 -> {FB}:1687-1717: {TENSOR_CORE_FLAG} == 'true', else GQA group >= 4 for "
-                       "fp16/bf16 KV")),
+        "deterministic": Knob(det, c("deterministic")),
+        "page_size": Knob(1, c("page_size")),
+        "flashinfer.backend": Knob("fa2", c("flashinfer.backend")),
+        "flashinfer.ragged_backend": Knob("auto", c("flashinfer.ragged_backend")),
+        "flashinfer.kv_layout": Knob("NHD", c("flashinfer.kv_layout")),
+        "flashinfer.workspace_mb": (Knob(2048, c("flashinfer.workspace_mb")) if det else
+                                    Knob(384, c("flashinfer.workspace_mb"), env=WORKSPACE_FLAG, unit=MIB)),
+        "flashinfer.fixed_split_size": (Knob(4096, c("flashinfer.fixed_split_size"), env=PREFILL_TILE_FLAG) if det
+                                        else Knob(None, c("flashinfer.fixed_split_size"))),
+        "flashinfer.disable_split_kv": Knob(False, c("flashinfer.disable_split_kv")),
+        "flashinfer.decode.tensor_cores": Knob(True if det else None, c("flashinfer.decode.tensor_cores")),
         "flashinfer.decode.fixed_split_size": (
-            Knob(2048, f"{FB}:196-198, {FB}:440 (eager decode)", env="SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE")
-            if det else Knob(None, f"{FB}:189, {FB}:440 (eager decode)")),
-        "flashinfer.decode.disable_split_kv": Knob(False, f"{FB}:441 (eager decode)"),
-        "flashinfer.decode.graph_fixed_split_size": Knob(None, f"{FB}:589 (capture), {FB}:711 (replay)"),
-        "flashinfer.decode.graph_disable_split_kv": Knob(det, f"{FB}:190, {FB}:199; {FB}:590 (capture), {FB}:712 "
-                                                              "(replay)"),
-        "flashinfer.decode.capture_batch_sizes": Knob(
-            CAPTURE_BS_0510, f"{SA}:1206-1215 (H200, tp < 4: cuda_graph_max_bs 256), {SA}:1231-1233, "
-                             f"{SA}:1352-1373; padded to the smallest >= bs: {CG}:1088-1091"),
+            Knob(2048, c("flashinfer.decode.fixed_split_size"), env=DECODE_TILE_FLAG) if det else
+            Knob(None, c("flashinfer.decode.fixed_split_size"))),
+        "flashinfer.decode.disable_split_kv": Knob(False, c("flashinfer.decode.disable_split_kv")),
+        "flashinfer.decode.graph_fixed_split_size": Knob(None, c("flashinfer.decode.graph_fixed_split_size")),
+        "flashinfer.decode.graph_disable_split_kv": Knob(det, c("flashinfer.decode.graph_disable_split_kv")),
+        "flashinfer.decode.capture_batch_sizes": Knob(CAPTURE_BS_H200, c("flashinfer.decode.capture_batch_sizes")),
     }
     # Env flags a job may set under the profile (those a knob reads are added below); any other SGLANG_*
     # flag is refused with its reason here, or as one this version's FlashInfer path does not read.
     reads = {k.env: k.cite for k in knobs.values() if k.env}
-    refused = {
-        "SGLANG_FLASHINFER_USE_PAGED": "SGLang 0.5.10 does not read it (added after 0.5.10, PR #24165; "
-                                       f"0.5.10 picks the wrapper at {FB}:488-490)",
-        "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": f"SGLang 0.5.10 overwrites it from the server flag ({SA}:3397-3399): "
-                                                 "set sglang.deterministic_inference",
-    }
+    refused = {DETERMINISTIC_FLAG: f"SGLang {version} overwrites it from the server flag ({c('env.deterministic')}): "
+                                   "set sglang.deterministic_inference"}
+    if "env.use_paged" in cites:
+        reads[USE_PAGED_FLAG] = c("env.use_paged")
+    else:
+        refused[USE_PAGED_FLAG] = f"SGLang {version} does not read it ({c('env.no_use_paged')})"
     if det:
         refused.update({
-            TENSOR_CORE_FLAG: f"no effect: deterministic inference forces tensor-core decode ({FB}:192)",
-            "SGLANG_FLASHINFER_WORKSPACE_SIZE": f"no effect: deterministic inference sets it to 2 GiB ({FB}:200)",
+            TENSOR_CORE_FLAG: "no effect: deterministic inference forces tensor-core decode "
+                              f"({c('env.det_tensor_cores')})",
+            WORKSPACE_FLAG: f"no effect: deterministic inference sets it to 2 GiB ({c('env.det_workspace')})",
         })
     else:
-        reads[TENSOR_CORE_FLAG] = f"{FB}:1688-1690"
-        for flag in ("SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE", "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"):
-            refused[flag] = f"SGLang 0.5.10 reads it only with deterministic inference ({FB}:191-198)"
-    return {"knobs": knobs, "reads": reads, "refused": refused}
+        reads[TENSOR_CORE_FLAG] = c("env.tensor_core")
+        for flag in (PREFILL_TILE_FLAG, DECODE_TILE_FLAG):
+            refused[flag] = f"SGLang {version} reads it only with deterministic inference ({c('env.split_tiles')})"
+    return {"knobs": knobs, "reads": reads, "refused": refused, "prefill_graph": prefill_graph}
 
 
-# (version, deterministic_inference) -> {"knobs": {spec path: Knob}, "reads": {flag: cite}, "refused": {flag: why}}
-PROFILES: Dict[Tuple[str, bool], dict] = {
-    ("0.5.10", True): _profile_0510(True),
-    ("0.5.10", False): _profile_0510(False),
+# SGLang 0.5.10's FlashInferAttnBackend (flashinfer-python 0.6.7.post2; 0.5.10.post1 pins 0.6.7.post3 and its four
+# cited files are the same)
+CITES_0510: Dict[str, object] = {
+    "deterministic": f"{SA}:666 (--enable-deterministic-inference), {FB}:185-187; eager prefill paged when set: "
+                     f"{FB}:488-490",
+    "page_size": f"{SA}:2546-2548 (page_size None -> 1); decode plans pass 1: {FB}:1152, {FB}:1171; prefill: {FB}:1501",
+    "flashinfer.backend": f"{FB}:129 (prefill_backend = 'fa2'), {FB}:272-276 (paged wrappers)",
+    "flashinfer.ragged_backend": f"{FB}:248-262 ('auto'; 'cutlass' only on SM100 with piecewise CUDA graphs disabled)",
+    "flashinfer.kv_layout": f"{FB}:261, {FB}:274, {FB}:288, {FB}:569",
+    "flashinfer.workspace_mb": (f"{FB}:200 (sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB)",
+                                f"{ENV}:349 (384 MiB), read at {FB}:206 ({FB}:170-180 raise it to 512 MiB for "
+                                "Qwen2/Qwen3/MiMo architectures)"),
+    "flashinfer.fixed_split_size": (f"{FB}:193-195, passed to the paged plan only: {FB}:509, {FB}:1506",
+                                    f"{FB}:188, {FB}:509"),
+    "flashinfer.disable_split_kv": f"{FB}:1493-1511 (the prefill plan passes no disable_split_kv)",
+    "flashinfer.decode.tensor_cores": (f"{FB}:192", f"{FB}:142-149 -> {FB}:1687-1717: {TENSOR_CORE_FLAG} == 'true', "
+                                                    "else GQA group >= 4 for fp16/bf16 KV"),
+    "flashinfer.decode.fixed_split_size": (f"{FB}:196-198, {FB}:440 (eager decode)",
+                                           f"{FB}:189, {FB}:440 (eager decode)"),
+    "flashinfer.decode.disable_split_kv": f"{FB}:441 (eager decode)",
+    "flashinfer.decode.graph_fixed_split_size": f"{FB}:589 (capture), {FB}:711 (replay)",
+    "flashinfer.decode.graph_disable_split_kv": f"{FB}:190, {FB}:199; {FB}:590 (capture), {FB}:712 (replay)",
+    "flashinfer.decode.capture_batch_sizes": f"{SA}:1206-1215 (H200, tp < 4: cuda_graph_max_bs 256), {SA}:1231-1233, "
+                                             f"{SA}:1352-1373; padded to the smallest >= bs: {CG}:1088-1091",
+    "env.deterministic": f"{SA}:3397-3399",
+    "env.no_use_paged": f"added after 0.5.10, PR #24165; 0.5.10 picks the wrapper at {FB}:488-490",
+    "env.det_tensor_cores": f"{FB}:192",
+    "env.det_workspace": f"{FB}:200",
+    "env.tensor_core": f"{FB}:1688-1690",
+    "env.split_tiles": f"{FB}:191-198",
 }
-VERSIONS = sorted({v for v, _ in PROFILES})
+
+# SGLang 0.5.23 (flashinfer-python 0.7.2 pinned; the calls are the same in 0.6.7.post3): what changed from 0.5.10 is
+# where the values are set, the flag (read), and the CUDA-graph path (docs/sglang-profiles.md)
+CITES_0523: Dict[str, object] = {
+    "deterministic": f"{EXEC}:1153-1155 (--enable-deterministic-inference), {FB}:436-438; eager prefill paged when "
+                     f"set: {FB}:1058-1062",
+    "page_size": f"{OVR}:1341-1362 (page_size None -> 1 on CUDA); decode plans pass 1: {FB}:1847, {FB}:1866; "
+                 f"prefill: {FB}:2403",
+    "flashinfer.backend": f"{FB}:335 (prefill_backend = 'fa2'), {FB}:534-547 (paged wrappers)",
+    "flashinfer.ragged_backend": f"{FB}:501-525 ('auto'; 'fa2' or 'cutlass' only on SM100)",
+    "flashinfer.kv_layout": f"{FB}:524, {FB}:537, {FB}:551, {FB}:1146, {FB}:1193, {FB}:1304",
+    "flashinfer.workspace_mb": (
+        f"{FB}:451 (sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB); allocated once per process, by name: "
+        f"{FB}:457-464 (get_buffer('flashinfer_workspace'): the first backend built decides its size)",
+        f"{ENV}:1221 (384 MiB), read at {FB}:460 ({FB}:421-431 raise it to 512 MiB for Qwen2/Qwen3/MiMo/Qwen3-VL "
+        f"architectures); allocated once per process, by name: {FB}:457-464 (get_buffer('flashinfer_workspace'): "
+        "the first backend built decides its size)"),
+    "flashinfer.fixed_split_size": (f"{FB}:444-446, passed to the eager paged plan only: {FB}:1085, {FB}:2408 (the "
+                                    f"full prefill graph's plan gets none: {FB}:827-838)", f"{FB}:439, {FB}:1085"),
+    "flashinfer.disable_split_kv": f"{FB}:2395-2414 (the prefill plan passes no disable_split_kv)",
+    "flashinfer.decode.tensor_cores": (f"{FB}:443", f"{FB}:394-401 -> {FB}:2670-2716: {TENSOR_CORE_FLAG} == 'true', "
+                                                    "else GQA group >= 4 for fp16/bf16 KV (heads / attn_tp_size)"),
+    "flashinfer.decode.fixed_split_size": (f"{FB}:447-449, {FB}:1017 (eager decode)",
+                                           f"{FB}:440, {FB}:1017 (eager decode)"),
+    "flashinfer.decode.disable_split_kv": f"{FB}:1018 (eager decode)",
+    "flashinfer.decode.graph_fixed_split_size": f"{FB}:776 (capture and replay: init_forward_metadata_out_graph)",
+    "flashinfer.decode.graph_disable_split_kv": f"{FB}:441, {FB}:450; {FB}:777 (capture and replay)",
+    "flashinfer.decode.capture_batch_sizes": f"{MEM}:146-159 (H200, tp < 4: decode max_bs 256), {MEM}:201-205, "
+                                             f"{CGH}:500-532, {BASE_RUN}:65-110; padded to the smallest >= bs: "
+                                             f"{DECODE_RUN}:1626-1628, {BASE_RUN}:166-180; above: eager, "
+                                             f"{DECODE_RUN}:887-891",
+    "env.deterministic": f"{SERVE}:444-446",
+    "env.use_paged": f"{ENV}:1219 (EnvBool), read once at {FB}:453; eager rule {FB}:1058-1062, DLLM_EXTEND graph "
+                     f"{FB}:802",
+    "env.det_tensor_cores": f"{FB}:443",
+    "env.det_workspace": f"{FB}:451",
+    "env.tensor_core": f"{FB}:2687-2689",
+    "env.split_tiles": f"{FB}:442-449; read by get_int_env_var, {COMMON}:1444-1452",
+}
+
+
+# (version, deterministic_inference) -> {"knobs": {spec path: Knob}, "reads": {flag: cite}, "refused": {flag: why},
+# "prefill_graph": FullPrefillGraph or None}
+PROFILES: Dict[Tuple[str, bool], dict] = {
+    (version, det): _profile(version, det, cites, graph)
+    for version, cites, graph in (("0.5.10", CITES_0510, None), ("0.5.23", CITES_0523, FULL_PREFILL_GRAPH_0523))
+    for det in (True, False)
+}
+VERSIONS = sorted({v for v, _ in PROFILES}, key=lambda v: tuple(int(p) for p in v.split(".")))
 KNOB_PATHS = tuple(PROFILES[("0.5.10", True)]["knobs"])  # every profile sets the same knobs
 
 
@@ -137,7 +279,7 @@ def _set(data: dict, path: str, value: object) -> None:
 
 def _env_int(flag: str, raw: object, unit: int) -> int:
     text = str(raw).strip()
-    if not text.isdigit() or int(text) < unit or int(text) % unit:
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < unit or int(text) % unit:
         what = f"a positive multiple of {unit} (bytes)" if unit > 1 else "a positive integer"
         raise ValueError(f"env.{flag}: {raw!r} is not {what} (SGLang would fall back to its default silently)")
     return int(text) // unit
@@ -200,10 +342,10 @@ def apply_profile(data: dict) -> dict:
 
 def decode_tensor_cores(choice: Optional[bool], env: Mapping[str, object], qo_heads: int, kv_heads: int,
                         dtype: str) -> bool:
-    """Tensor-core decode: the spec's choice, else SGLang 0.5.10's should_use_tensor_core (FB:1671-1717):
-    SGLANG_FLASHINFER_USE_TENSOR_CORE == 'true' (any case; anything else is false), else a GQA group >= 4
-    for fp16/bf16 KV (fp32 KV: no). flashinfer 0.6.7.post3 has no _grouped_size_compiled_for_decode_kernels,
-    so SGLang's older check (FB:1692-1705) falls through."""
+    """Tensor-core decode: the spec's choice, else SGLang's should_use_tensor_core (0.5.10 FB:1671-1717, 0.5.23
+    FB:2670-2716, the same code): SGLANG_FLASHINFER_USE_TENSOR_CORE == 'true' (any case; anything else is false),
+    else a GQA group >= 4 for fp16/bf16 KV (fp32 KV: no). flashinfer 0.6.7.post3 has no
+    _grouped_size_compiled_for_decode_kernels, so SGLang's older check (0.5.10 FB:1692-1705) falls through."""
     if choice is not None:
         return choice
     raw = env.get(TENSOR_CORE_FLAG)
@@ -212,12 +354,20 @@ def decode_tensor_cores(choice: Optional[bool], env: Mapping[str, object], qo_he
     return dtype in ("bf16", "fp16") and qo_heads // kv_heads >= 4
 
 
+def _key(sglang: object) -> Tuple[str, bool]:
+    get = sglang.get if isinstance(sglang, dict) else lambda k: getattr(sglang, k)
+    return cast(str, get("version")), bool(get("deterministic_inference"))
+
+
 def profile_label(sglang: object) -> Optional[str]:
     """The profile's name for a spec's `sglang` (a model or a stored dict), None without one."""
-    if sglang is None:
-        return None
-    get = sglang.get if isinstance(sglang, dict) else lambda k: getattr(sglang, k)
-    return profile_name(cast(str, get("version")), bool(get("deterministic_inference")))
+    return None if sglang is None else profile_name(*_key(sglang))
+
+
+def full_prefill_graph(sglang: object) -> Optional[FullPrefillGraph]:
+    """SGLang's full prefill graph, which a spec's `cudagraph` prefill models under its profile's version (0.5.23);
+    None without a profile or for a version without one (0.5.10): detrun's own capture of the flag's wrapper."""
+    return None if sglang is None else PROFILES[_key(sglang)]["prefill_graph"]
 
 
 def effective_knobs(spec) -> dict:

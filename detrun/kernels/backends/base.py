@@ -1,4 +1,4 @@
-"""The backend protocol, SGLang's wrapper-selection rule, and the CUDA-graph capture helper."""
+"""The backend protocol, SGLang's wrapper-selection rule (per profile version), and the CUDA-graph capture helper."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import torch
 
 from ...envflags import env_bool
 from ...spec.model import JobSpec
+from ...spec.sglang import (
+    USE_PAGED_FLAG,  # noqa: F401  (the worker takes it from here)
+    full_prefill_graph,
+)
 from ...stages import Stages
 from ..inputs import Batch
 from ..paths import (  # noqa: F401  (the backends take them from here)
@@ -19,8 +23,6 @@ from ..paths import (  # noqa: F401  (the backends take them from here)
     PATH_RAGGED,
     PATH_RAGGED_PREFIX,
 )
-
-USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 
 
 class Unsupported(Exception):
@@ -58,15 +60,18 @@ class Output:
         return self.timer.wait() if self.timer is not None else 0.0
 
 
-def sglang_use_ragged(use_paged: bool, deterministic: bool, mode: str) -> bool:
-    """FlashInferAttnBackend's rule: eager prefill vs CUDA-graph capture/replay."""
+def sglang_use_ragged(use_paged: bool, deterministic: bool, mode: str, full_prefill_graph: bool = False) -> bool:
+    """FlashInferAttnBackend's wrapper choice for a prefill (plain EXTEND). eager: init_forward_metadata (0.5.10
+    FB:488-490, 0.5.23 FB:1058-1062; 0.5.23's default breakable prefill graph calls it too): ragged unless
+    deterministic inference or the flag. cudagraph: SGLang 0.5.23's full prefill graph plans paged whatever the
+    flag (FB:820-838); without one (0.5.10, or no profile) detrun captures the wrapper the flag picks."""
     if mode == "cudagraph":
-        return not use_paged
+        return not full_prefill_graph and not use_paged
     return not deterministic and not use_paged
 
 
-def choose_path(use_paged: bool, deterministic: bool, mode: str, batch: Batch) -> str:
-    if not sglang_use_ragged(use_paged, deterministic, mode):
+def choose_path(use_paged: bool, deterministic: bool, mode: str, batch: Batch, full_prefill_graph: bool = False) -> str:
+    if not sglang_use_ragged(use_paged, deterministic, mode, full_prefill_graph):
         return PATH_PAGED
     return PATH_RAGGED_PREFIX if batch.has_prefix else PATH_RAGGED
 
@@ -82,13 +87,21 @@ class AttentionBackend(abc.ABC):
         self.stages = stages if stages is not None else Stages()
         self.use_paged = env_bool(USE_PAGED_FLAG)
         self.deterministic = spec.deterministic
+        self.prefill_graph = full_prefill_graph(spec.sglang)  # what `cudagraph` prefill models (None: own capture)
         self.graphs: Dict[Hashable, Captured] = {}
         self.force_known_bugs = False  # an isolated worker runs a known-bug cell anyway
         self.in_flight = 1  # cells the worker keeps launched before writing their rows (backends stage for them)
         self.keep_outputs = False  # clone every graph replay's outputs (digests on another stream read them)
 
+    def prefill_mode(self, mode: str, batch: Batch) -> str:
+        """The mode a prefill of this batch runs in: a batch SGLang's full prefill graph does not replay (more
+        requests than its slots, more tokens than its largest bucket, padded over 2x) runs eager, as SGLang's."""
+        if mode == "cudagraph" and self.prefill_graph is not None and not self.prefill_graph.takes(batch.qo_lens):
+            return "eager"
+        return mode
+
     def path_for(self, mode: str, batch: Batch) -> str:
-        return choose_path(self.use_paged, self.deterministic, mode, batch)
+        return choose_path(self.use_paged, self.deterministic, mode, batch, self.prefill_graph is not None)
 
     def _execute(self, run: Callable[[], Tuple[torch.Tensor, ...]], mode: str, key: Hashable = None,
                  plan: Optional[dict] = None, keep: bool = True) -> Tuple[Tuple[torch.Tensor, ...], "KernelTime"]:

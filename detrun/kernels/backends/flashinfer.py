@@ -6,8 +6,10 @@ int32 index buffers, plan() outside capture, warm-up on a side stream, capture o
 The ragged path over a batch with a cached prefix is ragged (new tokens, causal) + paged (prefix,
 non-causal) + merge_state, as SGLang's forward_extend does. Decode (forward_decode) is SGLang 0.5.10's:
 one eager BatchDecodeWithPagedKVCacheWrapper re-planned per batch, and CUDA graphs captured once per
-capture batch size and replayed, re-planned, for every batch padded to that size. (FB:, CG: cite SGLang
-0.5.10's flashinfer_backend.py and cuda_graph_runner.py by line; spec/sglang.py names them.)
+capture batch size and replayed, re-planned, for every batch padded to that size. Under an SGLang 0.5.23
+profile a CUDA-graph prefill is SGLang's full prefill graph: paged, no split arguments, planned over the graph's
+request slots with total_num_rows fixed by its first capture, on a workspace of its own. (FB:, CG: cite SGLang
+0.5.10's flashinfer_backend.py and cuda_graph_runner.py by line unless 0.5.23 is named; spec/sglang.py names them.)
 """
 
 from __future__ import annotations
@@ -96,9 +98,14 @@ class FlashInferBackend(AttentionBackend):
         self._eager_decode = None  # built on first use (SGLang's self.decode_wrappers[0])
         self._decode_graphs: Dict[int, "_DecodeGraph"] = {}  # capture batch size -> its wrapper and buffers
         self._decode_kv: Optional["_StaticKV"] = None  # the KV pool every decode graph reads
+        self._full_workspace: Optional[torch.Tensor] = None  # a full prefill graph's own (0.5.23 FB:1280-1282)
 
     # -- planning
-    def _split_args(self) -> dict:
+    def _split_args(self, graph: bool = False) -> dict:
+        """A prefill plan's split arguments: the knobs, except in SGLang 0.5.23's full prefill graph, whose plan
+        gets none (0.5.23 FB:827-838, FB:2395-2414): FlashInfer splits the KV as it chooses."""
+        if graph and self.prefill_graph is not None:
+            return dict(fixed_split_size=None, disable_split_kv=False)
         return dict(fixed_split_size=self.opts.fixed_split_size, disable_split_kv=self.opts.disable_split_kv)
 
     def _slots(self, graph: bool) -> int:
@@ -107,19 +114,25 @@ class FlashInferBackend(AttentionBackend):
         return 1 if graph else self.in_flight + 1
 
     def _plan_paged(self, w, batch: Batch, table: PageTable, causal: bool, graph: bool) -> None:
-        s = self.spec
+        qo, kv, last = batch.qo_indptr, table.indptr, table.last_page_len
+        if graph and self.prefill_graph is not None:
+            qo, kv, last = _slot_padded(qo, kv, last, self.prefill_graph.slots)
         # Indices on the device, as SGLang passes them: plan() copies host indices synchronously.
+        self._paged_plan(w, qo, kv, table.indices_on(self.device), last, causal, graph)
+
+    def _paged_plan(self, w, qo_indptr, kv_indptr, indices, last_page_len, causal: bool, graph: bool) -> None:
+        s = self.spec
         with self.staging.plan(w, self._slots(graph)):
-            w.plan(batch.qo_indptr, table.indptr, table.indices_on(self.device), table.last_page_len,
-                   s.heads.qo, s.heads.kv, s.head_dim, s.page_size, causal=causal, sm_scale=self.scale,
-                   q_data_type=self.dtype, kv_data_type=self.dtype, **self._split_args())
+            w.plan(qo_indptr, kv_indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, s.page_size,
+                   causal=causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
+                   **self._split_args(graph))
 
     def _plan_ragged(self, w, batch: Batch, graph: bool) -> None:
         s = self.spec
         with self.staging.plan(w, self._slots(graph)):
             w.plan(batch.qo_indptr, batch.qo_indptr, s.heads.qo, s.heads.kv, s.head_dim,
                    causal=s.causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
-                   **self._split_args())
+                   **self._split_args(graph))
 
     def _cache(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor]:
         if self.opts.kv_layout == "NHD":
@@ -139,12 +152,42 @@ class FlashInferBackend(AttentionBackend):
 
     # -- wrappers for one batch and path; returns (planned wrappers, run closure)
     def _graph_paged(self, batch: Batch, table: PageTable):
+        if self.prefill_graph is not None:
+            return self._full_graph_paged(table)
         dev = self.device
         return self.fi.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, self.opts.kv_layout, use_cuda_graph=True,
             qo_indptr_buf=batch.qo_indptr.to(dev), paged_kv_indptr_buf=table.indptr.to(dev),
             paged_kv_indices_buf=torch.zeros(max(1, table.indices.numel()), dtype=torch.int32, device=dev),
             paged_kv_last_page_len_buf=table.last_page_len.to(dev), backend=self.paged_backend)
+
+    def _full_graph_paged(self, table: PageTable):
+        """SGLang 0.5.23's full-prefill-graph wrapper (FB:1249-1313): on the graph's own workspace, sized as SGLang
+        sizes it (FB:1205-1247), with buffers for its request slots, planned first for SGLang's first capture (its
+        largest bucket, captured first: prefill_cuda_graph_runner.py:1715), which fixes every later plan's
+        total_num_rows (flashinfer's _max_total_num_rows); each batch is then planned padded to the slots."""
+        g, s, dev = self.prefill_graph, self.spec, self.device
+        assert g is not None
+        if self._full_workspace is None:
+            num_sm = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+            self._full_workspace = torch.empty(g.workspace_bytes(s.heads.qo, s.heads.kv, s.head_dim, num_sm),
+                                               dtype=torch.uint8, device=dev)
+
+        def i32(n: int, fill: int = 0) -> torch.Tensor:
+            return torch.full((n,), fill, dtype=torch.int32, device=dev)
+
+        lens = torch.tensor(g.capture_lens(), dtype=torch.int32)
+        zero = torch.zeros(1, dtype=torch.int32)
+        qo_indptr = torch.cat([zero, lens.cumsum(0, dtype=torch.int32)])
+        kv_indptr = torch.cat([zero, (-(-lens // s.page_size)).cumsum(0, dtype=torch.int32)])
+        last = torch.where(lens > 0, (lens - 1) % s.page_size + 1, 1).to(torch.int32)
+        pages = int(kv_indptr[-1])
+        w = self.fi.BatchPrefillWithPagedKVCacheWrapper(
+            self._full_workspace, self.opts.kv_layout, use_cuda_graph=True, qo_indptr_buf=i32(g.slots + 1),
+            paged_kv_indptr_buf=i32(g.slots + 1), paged_kv_indices_buf=i32(max(pages, table.indices.numel(), 1)),
+            paged_kv_last_page_len_buf=i32(g.slots, 1), backend=self.paged_backend)
+        self._paged_plan(w, qo_indptr, kv_indptr, i32(pages), last, s.causal, True)
+        return w
 
     def _graph_ragged(self, batch: Batch):
         dev = self.device
@@ -218,7 +261,7 @@ class FlashInferBackend(AttentionBackend):
         """Cells that crash or hang the GPU on this flashinfer: KnownBug (run only in an isolated worker)."""
         if self.force_known_bugs or mode != "cudagraph" or "fa2" not in (self.paged_backend, self.ragged_backend):
             return
-        self._split_known_bugs("FA2", self._split_args(), "the warm-up run hung (never completed) on an H200", "")
+        self._split_known_bugs("FA2", self._split_args(True), "the warm-up run hung (never completed) on an H200", "")
 
     def _split_known_bugs(self, what: str, split: dict, hang: str, padded_note: str) -> None:
         """FA2 under CUDA graph with these split arguments on this flashinfer: the known bugs, as KnownBug."""
@@ -231,6 +274,7 @@ class FlashInferBackend(AttentionBackend):
                            f"{split['fixed_split_size']}: {hang}")
 
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        asked, mode = mode, self.prefill_mode(mode, batch)
         self._check_known_bugs(mode)
         path = self.path_for(mode, batch)
         graph = mode == "cudagraph"
@@ -239,6 +283,8 @@ class FlashInferBackend(AttentionBackend):
         plan = dict(plans[0])  # the main wrapper's fields, then the prefix wrapper's as prefix.*
         if len(plans) > 1:
             plan.update({f"prefix.{k}": v for k, v in plans[1].items()})
+        if asked == "cudagraph" and self.prefill_graph is not None:  # None: SGLang's full graph runs it eager
+            plan["graph_slots"] = self.prefill_graph.slots if graph else None
         attn = "+".join(sorted({str(p["backend"]) for p in plans}))
         return self._finish(run, mode, (batch.case, path), plan, path, plan, attn, repeat, plan_ms)
 
@@ -489,6 +535,16 @@ class _DecodeGraph:
 
     def run(self):
         return self.wrapper.run(self.q, (self.kv.k, self.kv.v), out=self.out, lse=self.lse, return_lse=True)
+
+
+def _slot_padded(qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, last_page_len: torch.Tensor,
+                 slots: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A paged plan's host arguments padded to `slots` requests with zero-length sentinels, as SGLang 0.5.23's full
+    prefill graph plans every batch (prefill_cuda_graph_runner.py:1271-1293; a sentinel's last_page_len is 1, as
+    SGLang's kv_last_page_len buffer holds, FB:486-488)."""
+    pad = slots - (len(last_page_len))
+    return (torch.cat([qo_indptr, qo_indptr[-1:].repeat(pad)]), torch.cat([kv_indptr, kv_indptr[-1:].repeat(pad)]),
+            torch.cat([last_page_len, torch.ones(pad, dtype=last_page_len.dtype)]))
 
 
 def _pinned_reader(w) -> Optional[Callable[[int], int]]:

@@ -192,6 +192,7 @@ class ReferenceBackend(AttentionBackend):
 
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
         self._fault(batch.case)
+        mode = self.prefill_mode(mode, batch)
         path = self.path_for(mode, batch)
         chunk = self._chunk(batch)
 
