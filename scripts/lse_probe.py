@@ -30,7 +30,7 @@ def main() -> int:
         ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend=backend)
         ragged.plan(indptr, indptr, hq, hkv, d, causal=True, q_data_type=torch.bfloat16)
         cache = (k.unsqueeze(1), v.unsqueeze(1))
-        for name, run in (("paged", lambda lse, w=paged: w.run(q, cache, return_lse=lse)),
+        for name, run in (("paged", lambda lse, w=paged, c=cache: w.run(q, c, return_lse=lse)),
                           ("ragged", lambda lse, w=ragged: w.run(q, k, v, return_lse=lse))):
             plain, (with_lse, _) = run(False), run(True)
             same = torch.equal(plain.view(torch.int16), with_lse.view(torch.int16))
