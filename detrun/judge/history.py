@@ -146,14 +146,20 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
 
 
 def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, dict]:
+    """The readable manifests (a damaged run's too, for its place in time); why each damaged run is
+    (RunStore.damage, as detrun list says it) in damaged."""
     out = {}
     for run in runs:
+        damage = store.damage(run)
+        if damage:
+            damaged[run] = damage
         try:
             manifest = store.manifest(run)
             job_of(manifest["spec"])
             out[run] = manifest
         except (DetrunError, KeyError, TypeError, AttributeError) as exc:
-            damaged[run] = str(exc) if isinstance(exc, DetrunError) else f"manifest without a spec ({exc!r})"
+            damaged[run] = damage or (str(exc) if isinstance(exc, DetrunError) else
+                                      f"manifest without a spec ({exc!r})")
     return out
 
 
@@ -162,7 +168,7 @@ def history(store: RunStore) -> History:
     damaged: Dict[str, str] = {}
     runs = store.list_runs()
     manifests = _manifests(store, runs, damaged)
-    readable = sorted(manifests, key=lambda r: (manifests[r].get("created", ""), r))
+    readable = sorted((r for r in manifests if r not in damaged), key=lambda r: (manifests[r].get("created", ""), r))
     cols = read_columns(store, readable, damaged)
     summaries, jobs = {}, {r: job_of(manifests[r]["spec"]) for r in cols.runs}
     for r in cols.runs:

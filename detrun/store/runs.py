@@ -117,6 +117,15 @@ def read_part(fs: pafs.FileSystem, path: str, **options) -> pa.Table:
         raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
 
 
+def read_footer(fs: pafs.FileSystem, path: str) -> None:
+    """Check one rows file's Parquet footer (its schema and row groups) without reading its rows; one that
+    cannot be read is read_part's DetrunError (a truncated file has no footer)."""
+    try:
+        pq.read_metadata(path, filesystem=fs)
+    except (pa.ArrowException, OSError) as exc:
+        raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+
+
 def make_row(**fields) -> Dict[str, object]:
     """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
     names = set(SCHEMA.names)
@@ -340,6 +349,17 @@ class RunStore:
                 raise DetrunError(f"{path}: manifest field {name!r} must be a {kind.__name__}, got {got}")
         return manifest
 
+    def damage(self, run_id: str) -> str:
+        """Why the run cannot be read ("" when it can): its manifest, or a rows file whose Parquet footer is
+        not whole. What list and history call damaged (history also finds damage deeper in the rows it reads)."""
+        try:
+            self.manifest(run_id)
+            for path in self.row_files(run_id):
+                read_footer(self.fs, path)
+        except DetrunError as exc:
+            return str(exc)
+        return ""
+
     def finish_run(self, run_id: str, status: str, **extra) -> None:
         manifest = self.manifest(run_id)
         manifest.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **extra)
@@ -529,10 +549,8 @@ def run_dirs(root: str, run_ids: Sequence[str]):
 
 
 def runs_under(req: RunsRequest) -> Iterator[Tuple[str, Union[dict, DetrunError]]]:
-    """detrun list: each run under req.runs_root with its manifest, or the error reading it (a damaged run)."""
+    """detrun list: each run under req.runs_root with its manifest, or why it is damaged (RunStore.damage)."""
     store = RunStore(req.runs_root)
     for run_id in store.list_runs():
-        try:
-            yield run_id, store.manifest(run_id)
-        except DetrunError as exc:
-            yield run_id, exc
+        damage = store.damage(run_id)
+        yield run_id, DetrunError(damage) if damage else store.manifest(run_id)
