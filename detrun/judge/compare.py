@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,7 @@ class Mismatch:
     lse: Optional[DiffStats]
     why: List[str]
     label: str = "unexplained"  # or "unexplained (plan unknown: ...)" / "explained by plan: <field>" / ...
+    no_numbers: List[str] = field(default_factory=list)  # "out: no numbers: blob D missing under R/blobs"
 
     @property
     def explained(self) -> bool:
@@ -181,13 +182,27 @@ class _Blobs:
             return raw, shape
         return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
 
-    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Optional[DiffStats]:
+    def _absent(self, r: dict, which: str) -> str:
+        """Why a row's tensor has no bytes: its run stores none, or the blob of its digest is missing."""
+        spec = self.store.manifest(r["run_id"])["spec"]
+        if spec.get("store_tensors", True) is False:
+            return f"run {r['run_id']} stores no tensors (store_tensors: false)"
+        return f"blob {r[f'{which}_digest'] or '(no digest)'} missing under {self.store.blob_home([r['run_id']])}"
+
+    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Union[DiffStats, str, None]:
+        """The two rows' diff numbers; None when their digests are equal; else why there are no numbers."""
         if _ident(a, last)[which == "lse"] == _ident(b, last)[which == "lse"]:
             return None
         (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
-        if raw_a is None or raw_b is None or shape_a != shape_b:
-            return None
-        return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
+        if raw_a is None or raw_b is None:
+            absent = [self._absent(r, which) for r, raw in ((a, raw_a), (b, raw_b)) if raw is None]
+            return f"no numbers: {'; '.join(dict.fromkeys(absent))}"
+        if shape_a != shape_b:
+            return f"no numbers: shapes differ ({shape_a} vs {shape_b})"
+        try:
+            return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
+        except ValueError as exc:  # a blob whose bytes do not fit its dtype and shape
+            return f"no numbers: {exc}"
 
 
 def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
@@ -268,9 +283,11 @@ class _GroupJudge:
         if self.left <= 0:
             return
         self.left -= 1
+        out, lse = (self.blobs.stats(a, b, which, self.last) for which in ("out", "lse"))
         self.result.mismatches.append(Mismatch(
             self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
-            self.blobs.stats(a, b, "out", self.last), self.blobs.stats(a, b, "lse", self.last), why, tag))
+            out if isinstance(out, DiffStats) else None, lse if isinstance(lse, DiffStats) else None, why, tag,
+            [f"{which}: {text}" for which, text in (("out", out), ("lse", lse)) if isinstance(text, str)]))
 
     def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
         """(an unexplained difference, an explained difference) in this group."""

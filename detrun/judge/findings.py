@@ -103,6 +103,7 @@ class Verdict:
 def _mismatch_text(m: "Mismatch") -> str:
     lines = [f"{m.label} across {m.axis}: {m.a} vs {m.b}"]
     lines += [f"  {name}: {stats}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
+    lines += [f"  {line}" for line in m.no_numbers]
     lines.append(f"  why: {'; '.join(m.why)}")
     return "\n".join(lines)
 

@@ -475,6 +475,10 @@ class RunStore:
                     return f.read()
         return None
 
+    def blob_home(self, run_ids: Iterable[str] = ()) -> str:
+        """Where read_blob looks for a digest's bytes, for messages: the root's blobs folder."""
+        return self.where("blobs")
+
     def blob_refs(self, run_id: str) -> Set[str]:
         """The digests a run's rows reference (its claim on the shared blobs; rows hold them per shard)."""
         table = self.dataset([run_id]).to_table(columns=["out_digest", "lse_digest"])
@@ -509,6 +513,9 @@ class RunSet:
             if found is not None:
                 return found
         return None
+
+    def blob_home(self, labels: Iterable[str] = ()) -> str:
+        return ", ".join(dict.fromkeys(self.refs[label][0].blob_home() for label in labels)) or self.root
 
     def dataset(self, labels: Optional[Sequence[str]] = None) -> pads.Dataset:
         files = [f for label in (labels if labels is not None else self.refs) for f in self.row_files(label)]
