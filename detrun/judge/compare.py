@@ -96,6 +96,7 @@ class Comparison:
     backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
     plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
     profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (spec/sglang.py)
+    uncompared: Dict[str, str] = field(default_factory=dict)  # claimed axis with no group -> why nothing met
 
     @property
     def strict(self) -> bool:
@@ -423,6 +424,36 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
         lower *= radix[col]
 
 
+_ONE = {"repeat": "repeat", "gpu": "GPU slot", "mode": "mode", "batch": "case", "phase": "phase", "run": "run"}
+
+
+def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
+    """Why no pair of rows met along each of these axes: the rows hold one value of it; no request has
+    rows that differ only in it; or the rows that would have met did not run (counted by status)."""
+    if not cols.n:
+        return dict.fromkeys(axes, "no rows were stored")
+    out, groupings = {}, None
+    part = {c: cols.codes(c) for c in AXES.values()}
+    for axis in axes:
+        values = part[AXES[axis]]
+        if values.min() == values.max():
+            value = cols.rows_in_memory(np.array([0]))[0][AXES[axis]]
+            value = {"repeat": f"r{value}", "gpu": f"g{value}"}.get(axis, value)
+            out[axis] = f"all rows have one {_ONE[axis]}: {value}"
+            continue
+        groupings = groupings or dict(_groupings(cols.codes("request"), part))
+        group, size = groupings[axis]
+        rep = np.zeros(size, dtype=np.int64)
+        rep[group] = np.arange(len(group))
+        inside = _varies(group, rep, values, size)[group]  # rows of groups with two values of the axis
+        status, names = cols.codes("status")[inside], cols.dictionary("status")
+        counts = np.bincount(status[status != cols.code_of("status", Status.OK)], minlength=len(names))
+        said = [f"{n} {names[i].replace('_', ' ')}" for i, n in enumerate(counts.tolist()) if n]
+        out[axis] = (f"the rows that would meet did not run ({', '.join(said)})" if said
+                     else f"no request has two rows that differ only in {_ONE[axis]}")
+    return out
+
+
 def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False,
                  expect: Optional[Dict[str, str]] = None) -> Comparison:
     return compare_columns(read_columns(store, runs), max_details, strict, expect)
@@ -523,4 +554,6 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
                 verdict.status = ("differs" if verdict.differing_groups else
                                   "explained" if verdict.explained_groups else "equal")
             result.verdicts.append(verdict)
+    claimed = [a for a in AXES if result.claims.required(a) or result.claims.strict]
+    result.uncompared = _uncompared(cols, [a for a in claimed if not per_axis[a][0].sum()])
     return result

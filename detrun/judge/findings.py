@@ -40,7 +40,7 @@ KINDS: Dict[str, str] = {
     "known_bug": "known bug",
     "known_bug_fixed": "known bug did not reproduce (fixed?)",
     "skipped": "skipped (not run)",
-    "unverified_claim": "claim not checked",
+    "unverified_claim": "claim nothing checked",
     "incomplete_run": "run not complete",
     "note": "equal although plans differ",
 }
@@ -231,9 +231,13 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
             why = c.cause_text() or "unexplained"
             out.append(Finding("broken_claim", FAIL, f"{c.axis} claimed {c.level}, {_requests(bad)} ({why})",
                                c.axis, cause=why, items=bad))
-        elif c.status == "not compared" and c.axis in cmp.claims.stated:
-            out.append(Finding("unverified_claim", WARN, f"{c.axis} claimed {c.level}, but no rows were compared "
-                               f"along {c.axis}", c.axis))
+        elif c.status == "not compared" and (cmp.claims.required(c.axis) or cmp.claims.strict):
+            # a claim the job states must be checked; one only --strict makes is a note where nothing can meet
+            stated = cmp.claims.required(c.axis)
+            why = cmp.uncompared.get(c.axis, "no pair of rows met along it")
+            out.append(Finding("unverified_claim", FAIL if stated else WARN,
+                               f"{c.axis} claimed {c.level}{'' if stated else ' (--strict)'}, but nothing was "
+                               f"compared along {c.axis}: {why}", c.axis, cause=why))
     if not any(c.groups for c in claims if c.level != "ignore"):
         why = f"{cmp.rows} rows, {cmp.rows - len(cmp.not_run) - len(cmp.errors)} ran"
         out.append(Finding("nothing_compared", FAIL, f"no pair of rows was compared on any claimed axis ({why})"))
@@ -266,7 +270,8 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
               cmp: "Comparison") -> str:
     parts = [f"{label} (exit {code})"]
     for f in findings:
-        if f.kind in ("broken_claim", "nothing_compared", "backend_changed"):
+        if f.kind in ("broken_claim", "nothing_compared", "backend_changed") or (
+                f.kind == "unverified_claim" and f.severity == FAIL):
             parts.append(f.title)
     counted: Counter = Counter()
     for f in findings:
@@ -289,7 +294,7 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
         if warned:
             parts.append(f"{said}: " + ", ".join(f"{n} {KINDS[k]}" for k, n in warned.items()))
     held = [c.axis + (" bitwise" if c.level == "bitwise" else "") for c in claims if c.status == "held"]
-    unchecked = [c.axis + (f" (claimed {c.level})" if c.axis in cmp.claims.stated else "")
+    unchecked = [c.axis + (f" (claimed {c.level})" if cmp.claims.required(c.axis) or cmp.claims.strict else "")
                  for c in claims if c.status == "not compared"]
     parts.append("held: " + (", ".join(held) or "none")
                  + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))

@@ -95,7 +95,8 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
 def print_history(hist: History, console: Console) -> None:
     console.print(f"history: {len(hist.runs)} runs, oldest first")
     for r in hist.runs:
-        style = {"pass": "green", "FAIL": "bold red", "damaged": "bold red"}.get(r.verdict, "yellow")
+        style = {"pass": "green", "FAIL": "bold red", "NOT VERIFIED": "bold red", "damaged": "bold red"}.get(
+            r.verdict, "yellow")
         if r.verdict == "damaged":
             console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.spec)}  "
                           f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
@@ -104,6 +105,8 @@ def print_history(hist: History, console: Console) -> None:
         console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
                       f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
+        for line in r.unverified:
+            console.print(f"       [bold red]not verified[/]: {escape(line)}", soft_wrap=True)
     _listing(console, "cases whose bits changed (against earlier runs of the same job)",
              [escape(str(d)) for d in hist.drifts], "bold red")
 
