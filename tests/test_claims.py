@@ -1,14 +1,22 @@
 """Claims per axis: spec `expect`, --expect, --strict, deterministic; a run that compared nothing fails."""
 
+import html
+import xml.etree.ElementTree as ET
+
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.judge.claims import claims_of, parse_expect
 from detrun.judge.compare import compare_runs
+from detrun.judge.history import history
+from detrun.present.junit import junit_xml
+from detrun.present.render import print_history
+from detrun.present.report import build_report
 from detrun.spec.model import load_spec
-from tests.helpers import flip_one_ulp, run_inline, small
+from tests.helpers import flip_one_ulp, rewrite_rows, run_inline, small, terminal_text
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])
 
@@ -67,13 +75,67 @@ def test_ignored_axis_is_shown_not_counted(store):
     assert ignored.severity == "info" and ignored.title.endswith("unexplained [repeat claimed ignore]")
 
 
-def test_stated_claim_that_compared_nothing_is_said(store):
+def test_stated_claim_that_nothing_compared_is_not_verified(store):
     run_inline(store, small(repeats=1, modes=["eager"]), "one_gpu")
     verdict = compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}).verdict
     (unchecked,) = verdict.of("unverified_claim")
-    assert unchecked.severity == "warn" and "gpu claimed bitwise, but no rows were compared" in unchecked.title
-    assert verdict.exit_code == 0
+    assert unchecked.severity == "fail" and unchecked.title == (
+        "gpu claimed bitwise, but nothing was compared along gpu: all rows have one GPU slot: g0")
+    assert verdict.exit_code == 1 and verdict.label == "NOT VERIFIED"
+    assert verdict.headline.startswith(f"NOT VERIFIED (exit 1); {unchecked.title}; ")
     assert "not compared: repeat, gpu (claimed bitwise), mode, phase, run" in verdict.headline
+    # a claim the job did not state is only "not compared"; one claimed `ignore` needs nothing
+    assert compare_runs(store, ["one_gpu"]).exit_code == 0
+    assert compare_runs(store, ["one_gpu"], expect={"gpu": "ignore"}).exit_code == 0
+
+
+def _known_bugs_but_alone(row):
+    """Every row outside case alone becomes a known bug the task did not run."""
+    if row["case"] != "alone":
+        row.update(status="known_bug", reason="not run: a known bug", out_digest="", lse_digest="")
+
+
+@pytest.mark.parametrize("stated", [
+    dict(expect={"batch": "bitwise"}),  # the spec's expect
+    dict(deterministic=True),  # its implied batch claim
+])
+def test_a_stated_claim_whose_cells_are_all_known_bugs_is_not_verified(store, stated):
+    run_inline(store, small(repeats=2, modes=["eager"], **stated), "bugs")
+    rewrite_rows(store, "bugs", _known_bugs_but_alone)
+    verdict = compare_runs(store, ["bugs"]).verdict
+    assert verdict.exit_code == 1 and verdict.label == "NOT VERIFIED"  # repeat held: something was compared
+    (unchecked,) = verdict.of("unverified_claim")
+    assert unchecked.title == ("batch claimed bitwise, but nothing was compared along batch: the rows that would "
+                               "meet did not run (8 known bug)")  # target in mixed and mixed_decode, 2 repeats x 2
+    assert unchecked.title in verdict.headline and "held: repeat" in verdict.headline
+    cmp = compare_runs(store, ["bugs"])
+    assert f"claim nothing checked: {unchecked.title}" in terminal_text(cmp)
+    (case,) = [c for c in ET.fromstring(junit_xml(cmp)).iter("testcase") if c.get("name") == "batch bitwise"]
+    assert case.find("failure").get("message") == unchecked.title
+    assert html.escape(unchecked.title) in build_report(store, cmp)
+    (run,) = history(store).runs
+    assert run.verdict == "NOT VERIFIED" and run.unverified == [unchecked.title]
+    console = Console(record=True, width=400, color_system=None)
+    print_history(history(store), console)
+    assert f"not verified: {unchecked.title}" in console.export_text()
+
+
+def test_expect_override_is_stated_and_strict_alone_is_a_note(store):
+    run_inline(store, small(repeats=2, modes=["eager"]), "bugs")
+    rewrite_rows(store, "bugs", _known_bugs_but_alone)
+    assert compare_runs(store, ["bugs"]).exit_code == 0  # no batch claim stated: batch is only not compared
+    assert compare_runs(store, ["bugs"], expect={"batch": "bitwise"}).verdict.label == "NOT VERIFIED"
+    strict = compare_runs(store, ["bugs"], strict=True).verdict
+    # --strict claims every axis bitwise, but states no claim of its own: what nothing can meet is a note
+    assert strict.exit_code == 0 and strict.label == "REPRODUCIBLE"
+    notes = {f.axis: f for f in strict.of("unverified_claim")}
+    assert set(notes) == {"gpu", "mode", "batch", "phase", "run"} and {f.severity for f in notes.values()} == {"warn"}
+    assert notes["batch"].title == ("batch claimed bitwise (--strict), but nothing was compared along batch: the "
+                                    "rows that would meet did not run (8 known bug)")
+    assert notes["run"].title.endswith("all rows have one run: bugs")
+    assert "not compared: gpu (claimed bitwise)" in strict.headline
+    # --strict over a stated claim keeps it stated
+    assert compare_runs(store, ["bugs"], strict=True, expect={"batch": "bitwise"}).verdict.label == "NOT VERIFIED"
 
 
 @pytest.mark.parametrize("data", [

@@ -1,12 +1,14 @@
 """compare over stored runs (made in-process, no Ray): passes, fails where it must, and explains differences
 by the plan (not when strict)."""
 
+import html
 import json
+import os
 
 import pytest
 
 from detrun.judge.compare import compare_runs
-from tests.helpers import TINY, drop_row, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
+from tests.helpers import TINY, cli_main, drop_row, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
 FAST = dict(modes=["eager"], repeats=2)
 
@@ -128,6 +130,28 @@ def test_without_stored_tensors_a_flip_still_fails_but_has_no_numbers(store):
     assert cmp.exit_code == 1
     m = next(m for m in cmp.mismatches if m.request == "target")
     assert m.out is None and m.label == "unexplained"
+    assert m.no_numbers == ["out: no numbers: run n1 stores no tensors (store_tensors: false)"]
+
+
+@pytest.mark.parametrize("how", ["tampered", "deleted"])
+def test_a_missing_blob_is_named_where_the_numbers_would_be(store, how, capsys, tmp_path):
+    run_inline(store, small(**FAST), "t1")
+    flipped = flip_one_ulp(store, "t1", lambda r: is_alone_target(r) and r["repeat"] == 1)
+    digest = flipped["out_digest"]
+    if how == "tampered":  # the row names a digest no blob has
+        digest = "3fa2" + "0" * 28
+        rewrite_rows(store, "t1", lambda r: r.update(out_digest=digest) if r["key"] == flipped["key"] else None)
+    else:  # the blob file of the flipped row's digest is gone
+        os.remove(os.path.join(store.base, "blobs", digest[:2], f"{digest}.bin"))
+    cmp = compare_runs(store, ["t1"])
+    m = next(m for m in cmp.mismatches if m.axis == "repeat" and m.request == "target")
+    said = f"out: no numbers: blob {digest} missing under {store.root}/blobs"
+    assert m.out is None and m.no_numbers == [said] and m.lse is None  # the lse blobs are there and equal
+    code, out, _ = cli_main(capsys, "compare", "t1", "--runs-root", store.root)
+    assert code == 1 and said in out
+    report = tmp_path / "r.html"
+    assert cli_main(capsys, "report", "t1", "--runs-root", store.root, "-o", str(report))[0] == 0
+    assert html.escape(said) in report.read_text()
 
 
 def test_a_batch_difference_under_another_plan_is_explained_and_fails_when_strict(store):

@@ -166,3 +166,34 @@ def test_audit_coverage_is_counted_per_plan_with_the_reason(store):
     assert one.title == "1 plans not audited: no kernels recorded (profile_repeats: 1)"
     plan = one.items[0].split(" plan ")[1].split()[0]
     assert one.items == [f"profiled: path paged plan {plan} (first in mixed/eager)"]
+
+
+def test_known_bug_cells_that_ran_are_compared_not_unchecked(store):
+    run_inline(store, small(repeats=2, modes=["eager"]), "gated")
+
+    def gate(row):
+        if row["case"] == "mixed":  # ran isolated, did not reproduce: compared like any row
+            row["reason"] = "known bug did not reproduce (fixed?): FA2 graph + disable_split_kv"
+        if row["case"] == "prefix_shared":  # reproduced: not run, not compared
+            row.update(status="known_bug", reason="known bug reproduced in an isolated worker: it died",
+                       out_digest="", lse_digest="")
+
+    rewrite_rows(store, "gated", gate)
+    flip_one_ulp(store, "gated", _is("mixed", "long", 1))  # a fixed cell's difference fails as any row's
+    cmp = compare_runs(store, ["gated"])
+    verdict = cmp.verdict
+    (fixed,) = verdict.of("known_bug_fixed")
+    (gated,) = verdict.of("known_bug")
+    assert (fixed.tag, gated.tag) == ("a warning", "not checked") and len(fixed.items) == 6
+    assert "not checked: 4 known bug;" in verdict.headline
+    assert "warnings: 6 known bug did not reproduce (fixed?)" in verdict.headline
+    assert "known bug did not reproduce" not in verdict.headline.split("not checked: ")[1].split(";")[0]
+    assert verdict.exit_code == 1 and any(f.request == "long" and f.axis == "repeat" for f in verdict.of("differs"))
+    terminal = terminal_text(cmp)
+    assert "known bug did not reproduce (fixed?) (a warning): 1" in terminal
+    assert "known bug (not checked): 1" in terminal
+    cases = {c.get("classname"): c for c in ET.fromstring(junit_xml(cmp)).iter("testcase")}
+    assert cases["detrun.known_bug"].find("skipped") is not None
+    fixed_case = cases["detrun.known_bug_fixed"]
+    assert fixed_case.find("skipped") is None and fixed_case.find("failure") is None
+    assert fixed.title in fixed_case.find("system-out").text

@@ -53,7 +53,9 @@ def test_damaged_runs_are_listed_and_the_rest_still_shown(store, tmp_path):
     listed = cli.invoke(app, ["list", *rr])
     assert listed.exit_code == 0
     lines = {ln.split()[0]: ln for ln in listed.output.splitlines()}
-    assert set(lines) == {"n1", "n2", "n3", "n4"} and "damaged" in lines["n3"] and "complete" in lines["n4"]
+    assert set(lines) == {"n1", "n2", "n3", "n4"} and "complete" in lines["n4"]
+    for run in ("n2", "n3"):  # list says what history says: damaged, and why
+        assert lines[run] == f"{run}  damaged: {damaged[run]}"
 
 
 def test_history_names_first_differing_run(store):

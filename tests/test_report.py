@@ -1,5 +1,6 @@
 """JUnit XML (counts, failures, errors) and the HTML report rendered in real headless Chromium."""
 
+import re
 import shutil
 import struct
 import subprocess
@@ -12,7 +13,7 @@ from detrun.judge.claims import AXIS_NAMES
 from detrun.judge.compare import collapse, compare_runs
 from detrun.present.junit import junit_xml
 from detrun.present.report import COLOURS, build_report
-from tests.helpers import TINY, drop_row, flip_one_ulp, is_alone_target, run_inline, small
+from tests.helpers import TINY, drop_row, flip_one_ulp, is_alone_target, run_inline, small, terminal_text
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -48,6 +49,40 @@ def test_junit_counts_every_comparison_claim_and_finding_once(store):
     assert "cudagraph mode needs a CUDA device" in skipped[-1].find("skipped").text
     strict = _cases(junit_xml(compare_runs(store, ["run"], strict=True)))[1]
     assert int(strict.get("failures")) > 3  # explained differences fail when strict
+
+
+def _heatmap(html):
+    """(request, axis) -> (data-status, fill, tooltip) of each heatmap cell."""
+    cells = re.findall(r'<rect class="cell" data-status="([^"]+)"[^>]* fill="([^"]+)"><title>([^<]+)</title>', html)
+    return {tuple(tip.split(":")[0].split(" / ")): (status, fill, tip) for status, fill, tip in cells}
+
+
+def _table_row(text, request):
+    return next(line for line in text.splitlines() if line.startswith(f"│ {request} "))
+
+
+def test_a_difference_that_breaks_a_claim_is_red_and_says_so_everywhere(store):
+    split = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])
+    run_inline(store, small(expect={"batch": "bitwise"}, **split), "bitwise")
+    cmp = compare_runs(store, ["bitwise"])
+    assert cmp.exit_code == 1
+    cell = cmp.verdict.cells["target"]["batch"]
+    assert (cell.state, cell.text) == ("breaks", "breaks bitwise 1/1")
+    assert "breaks bitwise 1/1" in _table_row(terminal_text(cmp), "target")
+    html = build_report(store, cmp)
+    status, fill, tip = _heatmap(html)[("target", "batch")]
+    assert (status, fill) == ("breaks", COLOURS["breaks"]) and tip.startswith("target / batch: breaks bitwise 1/1")
+    summary = re.search(r"<p id='summary'>([^<]+)</p>", html).group(1)
+    assert "request x axis: 2 breaks bitwise, " in summary  # target and target_p
+    # the same difference, not claimed bitwise: explained, yellow; equal is green and not compared grey
+    run_inline(store, small(**dict(split, repeats=2)), "explained")
+    cmp = compare_runs(store, ["explained"])
+    assert cmp.exit_code == 0 and cmp.verdict.cells["target"]["batch"].text == "explained 2/2"
+    heat = _heatmap(build_report(store, cmp))
+    assert heat[("target", "batch")][:2] == ("explained", COLOURS["explained"]) == ("explained", "#f0b400")
+    assert heat[("long", "batch")][:2] == ("n/a", COLOURS["n/a"]) and heat[("target", "repeat")][:2] == (
+        "equal", COLOURS["equal"])
+    assert "breaks" not in _table_row(terminal_text(cmp), "target")
 
 
 def test_junit_error_rows_are_errors(store):
@@ -126,7 +161,7 @@ def test_report_renders_in_chromium(store, tmp_path):
     from detrun.judge.compare import collapse
     cells = len(collapse(cmp.verdicts)) * len(AXIS_NAMES)
     assert rendered.count('class="cell"') == cells
-    assert rendered.count('data-status="differs"') == 1 and 'data-status="explained"' in rendered
+    assert rendered.count('data-status="breaks"') == 1 and 'data-status="explained"' in rendered
     assert "DETERMINISM FAILURE" in rendered and "explained by plan: kv_chunk_size" in rendered
     png = tmp_path / "shot.png"
     shot = _chromium(tmp_path, html, f"--screenshot={png}")
@@ -136,7 +171,7 @@ def test_report_renders_in_chromium(store, tmp_path):
     white = _count_colour(pixels, "#ffffff", tol=2)
     assert white < 1200 * 900 * 0.97  # not a blank page
     cell_px = 88 * 20  # one heatmap cell
-    assert _count_colour(pixels, COLOURS["differs"]) > cell_px  # the verdict banner and the red cell
+    assert _count_colour(pixels, COLOURS["breaks"]) > cell_px  # the verdict banner and the red cell
     assert _count_colour(pixels, COLOURS["equal"]) > cell_px
     assert _count_colour(pixels, COLOURS["explained"]) > cell_px
     assert _count_colour(pixels, COLOURS["n/a"]) > 10 * cell_px

@@ -31,7 +31,12 @@ class Checks:
 @dataclass(frozen=True)
 class Claims:
     levels: Mapping[str, str]  # axis -> level, every axis
-    stated: FrozenSet[str] = frozenset()  # axes whose level a spec, --expect or --strict set
+    stated: FrozenSet[str] = frozenset()  # axes the job states: its spec's expect (or deterministic), --expect
+    strict: bool = False  # --strict: every axis bitwise, the stated ones and the rest
+
+    def required(self, axis: str) -> bool:
+        """Whether nothing compared along axis fails the verdict: the job stated a claim there."""
+        return axis in self.stated and self.levels[axis] != "ignore"
 
     def level(self, axis: str) -> str:
         return self.levels[axis]
@@ -65,7 +70,8 @@ def parse_expect(items: Iterable[str], option: str = "--expect") -> Dict[str, st
 
 def claims_of(specs: Sequence[Mapping[str, object]], expect: Optional[Mapping[str, str]] = None,
               strict: bool = False) -> Claims:
-    """Each axis at the strictest level the runs' specs state, then --expect, then --strict (all bitwise)."""
+    """Each axis at the strictest level the runs' specs state, then --expect, then --strict (all bitwise).
+    --strict states no claim of its own: an axis only it claims and nothing compares is a note, not a failure."""
     levels = dict.fromkeys(AXIS_NAMES, DEFAULT_LEVEL)
     stated = set()
     for spec in specs:
@@ -78,5 +84,4 @@ def claims_of(specs: Sequence[Mapping[str, object]], expect: Optional[Mapping[st
         stated.add(axis)
     if strict:
         levels = dict.fromkeys(AXIS_NAMES, "bitwise")
-        stated = set(AXIS_NAMES)
-    return Claims(levels, frozenset(stated))
+    return Claims(levels, frozenset(stated), strict)

@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,7 @@ class Mismatch:
     lse: Optional[DiffStats]
     why: List[str]
     label: str = "unexplained"  # or "unexplained (plan unknown: ...)" / "explained by plan: <field>" / ...
+    no_numbers: List[str] = field(default_factory=list)  # "out: no numbers: blob D missing under R/blobs"
 
     @property
     def explained(self) -> bool:
@@ -96,6 +97,7 @@ class Comparison:
     backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
     plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
     profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (spec/sglang.py)
+    uncompared: Dict[str, str] = field(default_factory=dict)  # claimed axis with no group -> why nothing met
 
     @property
     def strict(self) -> bool:
@@ -220,13 +222,27 @@ class _Blobs:
             return raw, shape
         return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
 
-    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Optional[DiffStats]:
+    def _absent(self, r: dict, which: str) -> str:
+        """Why a row's tensor has no bytes: its run stores none, or the blob of its digest is missing."""
+        spec = self.store.manifest(r["run_id"])["spec"]
+        if spec.get("store_tensors", True) is False:
+            return f"run {r['run_id']} stores no tensors (store_tensors: false)"
+        return f"blob {r[f'{which}_digest'] or '(no digest)'} missing under {self.store.blob_home([r['run_id']])}"
+
+    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Union[DiffStats, str, None]:
+        """The two rows' diff numbers; None when their digests are equal; else why there are no numbers."""
         if _ident(a, last)[which == "lse"] == _ident(b, last)[which == "lse"]:
             return None
         (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
-        if raw_a is None or raw_b is None or shape_a != shape_b:
-            return None
-        return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
+        if raw_a is None or raw_b is None:
+            absent = [self._absent(r, which) for r, raw in ((a, raw_a), (b, raw_b)) if raw is None]
+            return f"no numbers: {'; '.join(dict.fromkeys(absent))}"
+        if shape_a != shape_b:
+            return f"no numbers: shapes differ ({shape_a} vs {shape_b})"
+        try:
+            return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
+        except ValueError as exc:  # a blob whose bytes do not fit its dtype and shape
+            return f"no numbers: {exc}"
 
 
 def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
@@ -307,9 +323,11 @@ class _GroupJudge:
         if self.left <= 0:
             return
         self.left -= 1
+        out, lse = (self.blobs.stats(a, b, which, self.last) for which in ("out", "lse"))
         self.result.mismatches.append(Mismatch(
             self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
-            self.blobs.stats(a, b, "out", self.last), self.blobs.stats(a, b, "lse", self.last), why, tag))
+            out if isinstance(out, DiffStats) else None, lse if isinstance(lse, DiffStats) else None, why, tag,
+            [f"{which}: {text}" for which, text in (("out", out), ("lse", lse)) if isinstance(text, str)]))
 
     def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
         """(an unexplained difference, an explained difference) in this group."""
@@ -445,6 +463,36 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
         lower *= radix[col]
 
 
+_ONE = {"repeat": "repeat", "gpu": "GPU slot", "mode": "mode", "batch": "case", "phase": "phase", "run": "run"}
+
+
+def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
+    """Why no pair of rows met along each of these axes: the rows hold one value of it; no request has
+    rows that differ only in it; or the rows that would have met did not run (counted by status)."""
+    if not cols.n:
+        return dict.fromkeys(axes, "no rows were stored")
+    out, groupings = {}, None
+    part = {c: cols.codes(c) for c in AXES.values()}
+    for axis in axes:
+        values = part[AXES[axis]]
+        if values.min() == values.max():
+            value = cols.rows_in_memory(np.array([0]))[0][AXES[axis]]
+            value = {"repeat": f"r{value}", "gpu": f"g{value}"}.get(axis, value)
+            out[axis] = f"all rows have one {_ONE[axis]}: {value}"
+            continue
+        groupings = groupings or dict(_groupings(cols.codes("request"), part))
+        group, size = groupings[axis]
+        rep = np.zeros(size, dtype=np.int64)
+        rep[group] = np.arange(len(group))
+        inside = _varies(group, rep, values, size)[group]  # rows of groups with two values of the axis
+        status, names = cols.codes("status")[inside], cols.dictionary("status")
+        counts = np.bincount(status[status != cols.code_of("status", Status.OK)], minlength=len(names))
+        said = [f"{n} {names[i].replace('_', ' ')}" for i, n in enumerate(counts.tolist()) if n]
+        out[axis] = (f"the rows that would meet did not run ({', '.join(said)})" if said
+                     else f"no request has two rows that differ only in {_ONE[axis]}")
+    return out
+
+
 def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False,
                  expect: Optional[Dict[str, str]] = None) -> Comparison:
     return compare_columns(read_columns(store, runs), max_details, strict, expect)
@@ -545,4 +593,6 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
                 verdict.status = ("differs" if verdict.differing_groups else
                                   "explained" if verdict.explained_groups else "equal")
             result.verdicts.append(verdict)
+    claimed = [a for a in AXES if result.claims.required(a) or result.claims.strict]
+    result.uncompared = _uncompared(cols, [a for a in claimed if not per_axis[a][0].sum()])
     return result

@@ -18,7 +18,7 @@ from ..store.status import Status
 from .claims import AXIS_NAMES
 
 if TYPE_CHECKING:
-    from .compare import Comparison, Mismatch
+    from .compare import AxisVerdict, Comparison, Mismatch
 
 FAIL, WARN, INFO = "fail", "warn", "info"
 MODEL_DIFFERS = "model differs from SGLang"  # compare.model_differs' words, in a mismatch's label
@@ -43,10 +43,15 @@ KINDS: Dict[str, str] = {
     "known_bug": "known bug",
     "known_bug_fixed": "known bug did not reproduce (fixed?)",
     "skipped": "skipped (not run)",
-    "unverified_claim": "claim not checked",
+    "unverified_claim": "claim nothing checked",
     "incomplete_run": "run not complete",
     "note": "equal although plans differ",
 }
+
+
+# Warnings about rows that were compared (a known bug that ran fine, a plan detrun cannot read, a run left
+# incomplete): said as warnings, never as "not checked". Every other warning is something not checked.
+COMPARED_WARNINGS = ("known_bug_fixed", "plan_unknown", "incomplete_run")
 
 
 @dataclass
@@ -67,6 +72,51 @@ class Finding:
     @property
     def detail(self) -> str:
         return "\n".join(self.examples)
+
+    @property
+    def tag(self) -> str:
+        """What it does to the verdict: a failure | not checked | a warning (on compared rows) | noted."""
+        if self.severity == WARN:
+            return "a warning" if self.kind in COMPARED_WARNINGS else "not checked"
+        return "a failure" if self.severity == FAIL else "noted"
+
+
+@dataclass
+class Cell:
+    """One request x axis as every presenter shows it: its state (the colour) and its words, from the
+    axis' verdict under the axis' claim. breaks: its difference fails the claim (red); explained or
+    ignored: a difference that counts for nothing (yellow); equal (green); n/a: not compared (grey)."""
+
+    state: str  # equal | explained | ignored | breaks | n/a
+    word: str  # what it is: "breaks bitwise", "unexplained" (breaks explained), "explained", "equal", ...
+    text: str  # the word and its count: "equal (8)", "breaks bitwise 2/4", "differs 1/2 (ignored)"
+    verdict: "AxisVerdict"
+
+    @property
+    def severity(self) -> str:
+        return FAIL if self.state == "breaks" else INFO
+
+
+# a cell's state -> what the legend calls it
+CELL_STATES = {"breaks": "breaks a claim", "explained": "explained (not claimed bitwise)",
+               "ignored": "differs (claimed ignore)", "equal": "equal", "n/a": "not compared"}
+
+
+def cell_of(v: "AxisVerdict", level: str) -> Cell:
+    """The cell of one request's verdict along one axis, claimed at level."""
+    if v.status == "n/a":
+        return Cell("n/a", "not compared", "n/a", v)
+    if v.status == "equal":
+        return Cell("equal", "equal", f"equal ({v.rows})", v)
+    of = f"{v.differing_groups if v.status == 'differs' else v.explained_groups}/{v.groups}"
+    if level == "ignore":
+        state = "ignored" if v.status == "differs" else "explained"
+        return Cell(state, f"{v.status} (ignored)", f"{v.status} {of} (ignored)", v)
+    if level == "bitwise":
+        return Cell("breaks", "breaks bitwise", f"breaks bitwise {v.differing_groups + v.explained_groups}/{v.groups}",
+                    v)
+    word = "unexplained" if v.status == "differs" else "explained"
+    return Cell("breaks" if v.status == "differs" else "explained", word, f"{word} {of}", v)
 
 
 @dataclass
@@ -90,6 +140,7 @@ class Verdict:
     exit_code: int
     label: str  # REPRODUCIBLE | DETERMINISM FAILURE | NOT VERIFIED
     headline: str
+    cells: Dict[str, Dict[str, Cell]] = field(default_factory=dict)  # request -> axis -> cell (copies folded)
 
     @property
     def failed(self) -> bool:
@@ -106,6 +157,7 @@ class Verdict:
 def _mismatch_text(m: "Mismatch") -> str:
     lines = [f"{m.label} across {m.axis}: {m.a} vs {m.b}"]
     lines += [f"  {name}: {stats}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
+    lines += [f"  {line}" for line in m.no_numbers]
     lines.append(f"  why: {'; '.join(m.why)}")
     return "\n".join(lines)
 
@@ -138,28 +190,30 @@ def _claim_results(cmp: "Comparison", rows: Dict[str, dict]) -> List[ClaimResult
     return out
 
 
-def _per_request(cmp: "Comparison", rows: Dict[str, dict]) -> List[Finding]:
+def _per_request(cmp: "Comparison", cells: Dict[str, Dict[str, Cell]]) -> List[Finding]:
     """One finding per (request, axis) that differs, with its recorded mismatches' numbers."""
     examples: Dict[Tuple[str, str], List[str]] = defaultdict(list)
     for m in cmp.mismatches:
         examples[(folded_request(m.request), m.axis)].append(_mismatch_text(m))
     out = []
-    for request, cells in rows.items():
+    for request, row in cells.items():
         for axis in AXIS_NAMES:
-            v, level = cells[axis], cmp.claims.level(axis)
+            cell, level = row[axis], cmp.claims.level(axis)
+            v = cell.verdict
             if v.status not in ("differs", "explained"):
                 continue
             causes = ", ".join(v.causes) or "unexplained"
             if v.status == "differs":
-                sev = INFO if level == "ignore" else FAIL
                 title = f"{request} differs across {axis} ({v.differing_groups}/{v.groups} groups), unexplained"
             else:
-                sev = FAIL if level == "bitwise" else INFO
                 title = (f"{request} differs across {axis} ({v.explained_groups}/{v.groups} groups), "
                          f"explained by {causes}")
-            if level in ("bitwise", "ignore"):
-                title += f" [{axis} claimed {level}]"
-            out.append(Finding(v.status, sev, title, axis, request, causes, examples=examples[(request, axis)]))
+            if level == "bitwise":
+                title += f" [breaks {axis} bitwise]"
+            elif level == "ignore":
+                title += f" [{axis} claimed ignore]"
+            out.append(Finding(v.status, cell.severity, title, axis, request, causes,
+                               examples=examples[(request, axis)]))
     return out
 
 
@@ -180,9 +234,13 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
             why = c.cause_text() or "unexplained"
             out.append(Finding("broken_claim", FAIL, f"{c.axis} claimed {c.level}, {_requests(bad)} ({why})",
                                c.axis, cause=why, items=bad))
-        elif c.status == "not compared" and c.axis in cmp.claims.stated:
-            out.append(Finding("unverified_claim", WARN, f"{c.axis} claimed {c.level}, but no rows were compared "
-                               f"along {c.axis}", c.axis))
+        elif c.status == "not compared" and (cmp.claims.required(c.axis) or cmp.claims.strict):
+            # a claim the job states must be checked; one only --strict makes is a note where nothing can meet
+            stated = cmp.claims.required(c.axis)
+            why = cmp.uncompared.get(c.axis, "no pair of rows met along it")
+            out.append(Finding("unverified_claim", FAIL if stated else WARN,
+                               f"{c.axis} claimed {c.level}{'' if stated else ' (--strict)'}, but nothing was "
+                               f"compared along {c.axis}: {why}", c.axis, cause=why))
     if not any(c.groups for c in claims if c.level != "ignore"):
         why = f"{cmp.rows} rows, {cmp.rows - len(cmp.not_run) - len(cmp.errors)} ran"
         out.append(Finding("nothing_compared", FAIL, f"no pair of rows was compared on any claimed axis ({why})"))
@@ -220,7 +278,8 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
               cmp: "Comparison") -> str:
     parts = [f"{label} (exit {code})"]
     for f in findings:
-        if f.kind in ("broken_claim", "nothing_compared", "backend_changed"):
+        if f.kind in ("broken_claim", "nothing_compared", "backend_changed") or (
+                f.kind == "unverified_claim" and f.severity == FAIL):
             parts.append(f.title)
     counted: Counter = Counter()
     for f in findings:
@@ -235,14 +294,15 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
     warns = [f for f in findings if f.severity == WARN]
     for kind in ("provisional_baseline", "no_baseline"):
         parts += [f.title for f in warns if f.kind == kind]
-    warned: Counter = Counter()
-    for f in warns:
-        if f.kind not in ("provisional_baseline", "no_baseline", "unverified_claim"):
-            warned[f.kind] += len(f.items) or 1
-    if warned:
-        parts.append("not checked: " + ", ".join(f"{n} {KINDS[k]}" for k, n in warned.items()))
+    for tag, said in (("not checked", "not checked"), ("a warning", "warnings")):
+        warned: Counter = Counter()
+        for f in warns:
+            if f.tag == tag and f.kind not in ("provisional_baseline", "no_baseline", "unverified_claim"):
+                warned[f.kind] += len(f.items) or 1
+        if warned:
+            parts.append(f"{said}: " + ", ".join(f"{n} {KINDS[k]}" for k, n in warned.items()))
     held = [c.axis + (" bitwise" if c.level == "bitwise" else "") for c in claims if c.status == "held"]
-    unchecked = [c.axis + (f" (claimed {c.level})" if c.axis in cmp.claims.stated else "")
+    unchecked = [c.axis + (f" (claimed {c.level})" if cmp.claims.required(c.axis) or cmp.claims.strict else "")
                  for c in claims if c.status == "not compared"]
     parts.append("held: " + (", ".join(held) or "none")
                  + (f"; not compared: {', '.join(unchecked)}" if unchecked else ""))
@@ -259,18 +319,19 @@ def judge(cmp: "Comparison") -> Verdict:
     from .compare import collapse
 
     rows = collapse(cmp.verdicts)
+    cells = {request: {axis: cell_of(v, cmp.claims.level(axis)) for axis, v in row.items()}
+             for request, row in rows.items()}
     claims = _claim_results(cmp, rows)
     other = _other_findings(cmp, claims)
     first = ("broken_claim", "unverified_claim", "nothing_compared")
-    findings = ([f for f in other if f.kind in first] + _per_request(cmp, rows)
+    findings = ([f for f in other if f.kind in first] + _per_request(cmp, cells)
                 + [f for f in other if f.kind not in first])
-    failed = any(f.severity == FAIL for f in findings)
-    if not failed:
+    failing = {f.kind for f in findings if f.severity == FAIL}
+    if not failing:
         label = "REPRODUCIBLE"
-    elif (any(f.kind == "nothing_compared" for f in findings)
-          and len({f.kind for f in findings if f.severity == FAIL}) == 1):
+    elif failing <= {"nothing_compared", "unverified_claim"}:  # nothing failed; what had to be checked was not
         label = "NOT VERIFIED"
     else:
         label = "DETERMINISM FAILURE"
-    code = EXIT_MISMATCH if failed else EXIT_OK
-    return Verdict(claims, findings, code, label, _headline(label, code, claims, findings, cmp))
+    code = EXIT_MISMATCH if failing else EXIT_OK
+    return Verdict(claims, findings, code, label, _headline(label, code, claims, findings, cmp), cells)

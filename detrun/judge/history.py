@@ -48,12 +48,13 @@ class RunSummary:
     created: str
     spec: str
     fingerprints: List[str]
-    verdict: str  # pass | FAIL | incomplete | damaged
+    verdict: str  # pass | FAIL | NOT VERIFIED | incomplete | damaged
     job: str = ""
     rows: int = 0
     ok: int = 0
     counts: Dict[str, int] = field(default_factory=dict)  # finding kind -> count (fail and warn kinds)
     headline: str = ""  # the verdict line, or why the run cannot be read
+    unverified: List[str] = field(default_factory=list)  # what had to be checked and was not (claims, the run)
 
     @property
     def differs(self) -> int:
@@ -89,7 +90,8 @@ class History:
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.store.manifest(run_id)
     verdict = compare_columns(cols, max_details=0).verdict
-    label = "FAIL" if verdict.failed else ("pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
+    label = ("NOT VERIFIED" if verdict.label == "NOT VERIFIED" else "FAIL" if verdict.failed
+             else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
     fingerprints = cols.dictionary("fingerprint")
     ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
@@ -97,7 +99,9 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     return RunSummary(
         index, run_id, manifest.get("created", ""), manifest["spec"]["name"],
         sorted({fingerprints[c] for c in np.unique(cols.codes("fingerprint")).tolist()} - {""}), label,
-        job, cols.n, ok, counts, verdict.headline)
+        job, cols.n, ok, counts, verdict.headline,
+        [f.title for f in verdict.findings
+         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")])
 
 
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
@@ -146,14 +150,20 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
 
 
 def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, dict]:
+    """The readable manifests (a damaged run's too, for its place in time); why each damaged run is
+    (RunStore.damage, as detrun list says it) in damaged."""
     out = {}
     for run in runs:
+        damage = store.damage(run)
+        if damage:
+            damaged[run] = damage
         try:
             manifest = store.manifest(run)
             job_of(manifest["spec"])
             out[run] = manifest
         except (DetrunError, KeyError, TypeError, AttributeError) as exc:
-            damaged[run] = str(exc) if isinstance(exc, DetrunError) else f"manifest without a spec ({exc!r})"
+            damaged[run] = damage or (str(exc) if isinstance(exc, DetrunError) else
+                                      f"manifest without a spec ({exc!r})")
     return out
 
 
@@ -162,7 +172,7 @@ def history(store: RunStore) -> History:
     damaged: Dict[str, str] = {}
     runs = store.list_runs()
     manifests = _manifests(store, runs, damaged)
-    readable = sorted(manifests, key=lambda r: (manifests[r].get("created", ""), r))
+    readable = sorted((r for r in manifests if r not in damaged), key=lambda r: (manifests[r].get("created", ""), r))
     cols = read_columns(store, readable, damaged)
     summaries, jobs = {}, {r: job_of(manifests[r]["spec"]) for r in cols.runs}
     for r in cols.runs:

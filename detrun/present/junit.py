@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..judge.compare import AXES, Comparison, collapse
+from ..judge.compare import AXES, Comparison
 from ..judge.findings import FAIL, INFO, WARN
 from ..paths import write_output
 
@@ -53,9 +53,9 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
         else:
             suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", f"{c.axis} {c.level}: held")
     per_request = {(f.request, f.axis): f for f in verdict.findings if f.kind in ("differs", "explained")}
-    for request, cells in collapse(cmp.verdicts).items():
+    for request, cells in verdict.cells.items():
         for axis in AXES:
-            v, f = cells[axis], per_request.get((request, axis))
+            v, f = cells[axis].verdict, per_request.get((request, axis))
             cls = f"detrun.{axis}"
             if f is not None:
                 suite.case(cls, request, _KIND[f.severity], f.title, f.detail)
@@ -66,7 +66,7 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
     done = {"broken_claim", "unverified_claim", "differs", "explained"}
     for f in verdict.findings:
         if f.kind not in done:
-            kind = "error" if f.kind == "error" else _KIND[f.severity]
+            kind = "error" if f.kind == "error" else "system-out" if f.tag == "a warning" else _KIND[f.severity]
             text = "\n".join([f.title, *f.items[:50], f.detail]).strip()
             suite.case(f"detrun.{f.kind}", f.title, kind, f.title, text)
     root = ET.Element("testsuites", name=name)

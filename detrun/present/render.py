@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..judge.compare import AXES, Comparison, collapse
-from ..judge.findings import FAIL, INFO, KINDS, WARN, Finding, Verdict
+from ..judge.compare import AXES, Comparison
+from ..judge.findings import FAIL, INFO, KINDS, WARN, Cell, Finding, Verdict
 from ..judge.history import History
 from ..stages import BESIDE, GC_PAUSE
 
-_STYLE = {"equal": "green", "explained": "yellow", "differs": "bold red", "n/a": "dim"}
+_STYLE = {"equal": "green", "explained": "yellow", "ignored": "yellow", "breaks": "bold red", "n/a": "dim"}
 _SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
 _VERDICT = {"REPRODUCIBLE": "bold green", "DETERMINISM FAILURE": "bold red", "NOT VERIFIED": "bold red"}
 _CLAIM = {"held": "green", "broken": "bold red", "not compared": "dim", "ignored": "dim"}
@@ -23,12 +23,8 @@ _LIST_MAX = 10
 _GROUPED = ("differs", "explained")
 
 
-def _cell(v) -> str:
-    if v.status == "n/a":
-        return "[dim]n/a[/]"
-    bad = {"differs": v.differing_groups, "explained": v.explained_groups}.get(v.status)
-    tail = f" {bad}/{v.groups}" if bad is not None else f" ({v.rows})"
-    return f"[{_STYLE[v.status]}]{v.status}[/]{tail}"
+def _cell(cell: Cell) -> str:
+    return f"[{_STYLE[cell.state]}]{escape(cell.text)}[/]"
 
 
 def _listing(console: Console, title: str, items, style: str, limit: int = _LIST_MAX) -> None:
@@ -82,16 +78,15 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
         if f.kind not in shown:
             by_kind[f.kind].append(f)
     for kind, members in by_kind.items():
-        worst = min((f.severity for f in members), key=[FAIL, WARN, INFO].index)
-        tag = {FAIL: "a failure", WARN: "not a pass", INFO: "noted"}[worst]
-        _listing(console, f"{KINDS[kind]} ({tag})", [escape(f.title) for f in members], _SEVERITY[worst],
-                 details if worst == INFO else max(details, _LIST_MAX))
+        worst = min(members, key=lambda f: [FAIL, WARN, INFO].index(f.severity))
+        _listing(console, f"{KINDS[kind]} ({worst.tag})", [escape(f.title) for f in members],
+                 _SEVERITY[worst.severity], details if worst.severity == INFO else max(details, _LIST_MAX))
     table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
     table.add_column("request")
     for axis in AXES:
         level = cmp.claims.level(axis)
         table.add_column(axis if level == "explained" else f"{axis} ({level})")
-    for request, cells in collapse(cmp.verdicts).items():
+    for request, cells in verdict.cells.items():
         table.add_row(escape(request), *(_cell(cells[a]) for a in AXES))
     console.print(table)
     console.print(verdict_line(verdict), soft_wrap=True)
@@ -100,7 +95,8 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
 def print_history(hist: History, console: Console) -> None:
     console.print(f"history: {len(hist.runs)} runs, oldest first")
     for r in hist.runs:
-        style = {"pass": "green", "FAIL": "bold red", "damaged": "bold red"}.get(r.verdict, "yellow")
+        style = {"pass": "green", "FAIL": "bold red", "NOT VERIFIED": "bold red", "damaged": "bold red"}.get(
+            r.verdict, "yellow")
         if r.verdict == "damaged":
             console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.spec)}  "
                           f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
@@ -109,6 +105,8 @@ def print_history(hist: History, console: Console) -> None:
         console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
                       f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
+        for line in r.unverified:
+            console.print(f"       [bold red]not verified[/]: {escape(line)}", soft_wrap=True)
     _listing(console, "cases whose bits changed (against earlier runs of the same job)",
              [escape(str(d)) for d in hist.drifts], "bold red")
 

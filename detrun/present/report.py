@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from html import escape
 from typing import Dict, Sequence
 
 from ..fingerprint import FINGERPRINT_FIELDS
 from ..judge.baseline import run_fingerprints
-from ..judge.compare import AXES, Comparison, collapse
-from ..judge.findings import FAIL, INFO, WARN
+from ..judge.compare import AXES, Comparison
+from ..judge.findings import CELL_STATES, FAIL, INFO, WARN, Verdict
 from ..paths import write_output
-from ..spec.model import base_request, folded_request
+from ..spec.model import folded_request
 from ..store.runs import RunStore
 
-COLOURS = {"equal": "#2ca02c", "explained": "#f0b400", "differs": "#d62728", "n/a": "#d9d9d9"}
+# a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim
+COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "equal": "#2ca02c", "n/a": "#d9d9d9"}
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}pre{margin:0;white-space:pre-wrap}
 .verdict{font-size:22px;font-weight:bold;padding:8px 12px;color:#fff;display:inline-block}
@@ -23,9 +25,9 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}p
 _CELL_W, _CELL_H, _LABEL_W, _HEAD_H = 90, 22, 170, 24
 
 
-def heatmap_svg(cmp: Comparison) -> str:
-    """(request x axis) cells coloured by verdict; one <rect class="cell"> per cell."""
-    rows = collapse(cmp.verdicts)
+def heatmap_svg(verdict: Verdict) -> str:
+    """(request x axis) cells coloured by their state under the claims; one <rect class="cell"> per cell."""
+    rows = verdict.cells
     width, height = _LABEL_W + _CELL_W * len(AXES), _HEAD_H + _CELL_H * len(rows)
     out = [f'<svg id="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
     for j, axis in enumerate(AXES):
@@ -34,17 +36,17 @@ def heatmap_svg(cmp: Comparison) -> str:
         y = _HEAD_H + i * _CELL_H
         out.append(f'<text x="4" y="{y + 15}">{escape(request)}</text>')
         for j, axis in enumerate(AXES):
-            v = cells[axis]
-            tip = f"{request} / {axis}: {v.status} ({v.groups} groups, {v.rows} rows)"
-            out.append(f'<rect class="cell" data-status="{v.status}" x="{_LABEL_W + j * _CELL_W}" y="{y}" '
-                       f'width="{_CELL_W - 2}" height="{_CELL_H - 2}" fill="{COLOURS[v.status]}">'
+            cell = cells[axis]
+            tip = f"{request} / {axis}: {cell.text} ({cell.verdict.groups} groups, {cell.verdict.rows} rows)"
+            out.append(f'<rect class="cell" data-status="{cell.state}" x="{_LABEL_W + j * _CELL_W}" y="{y}" '
+                       f'width="{_CELL_W - 2}" height="{_CELL_H - 2}" fill="{COLOURS[cell.state]}">'
                        f'<title>{escape(tip)}</title></rect>')
     out.append("</svg>")
     return "".join(out)
 
 
-def max_ulp_by_request(cmp: Comparison) -> Dict[str, int]:
-    worst: Dict[str, int] = {name: 0 for name in collapse(cmp.verdicts)}
+def max_ulp_by_request(cmp: Comparison, verdict: Verdict) -> Dict[str, int]:
+    worst: Dict[str, int] = {name: 0 for name in verdict.cells}
     for m in cmp.mismatches:
         name = folded_request(m.request)
         ulps = [s.max_ulp for s in (m.out, m.lse) if s is not None]
@@ -52,17 +54,17 @@ def max_ulp_by_request(cmp: Comparison) -> Dict[str, int]:
     return worst
 
 
-def ulp_plot_svg(cmp: Comparison) -> str:
-    """Horizontal bars of the largest ULP distance seen per request (log scale)."""
-    worst = max_ulp_by_request(cmp)
-    unexplained = {base_request(m.request) for m in cmp.mismatches if not m.explained}
+def ulp_plot_svg(cmp: Comparison, verdict: Verdict) -> str:
+    """Horizontal bars of the largest ULP distance seen per request (log scale); red where it breaks a claim."""
+    worst = max_ulp_by_request(cmp, verdict)
+    breaks = {name for name, row in verdict.cells.items() if any(c.state == "breaks" for c in row.values())}
     top = max([1, *worst.values()])
     scale = 500 / math.log10(top + 1) if top > 1 else 500
     out = [f'<svg id="ulp-plot" xmlns="http://www.w3.org/2000/svg" width="{_LABEL_W + 600}" '
            f'height="{_CELL_H * len(worst) + 4}">']
     for i, (name, ulp) in enumerate(worst.items()):
         y, length = i * _CELL_H, math.log10(ulp + 1) * scale
-        colour = COLOURS["differs" if base_request(name) in unexplained else "explained"]
+        colour = COLOURS["breaks" if name in breaks else "explained"]
         out.append(f'<text x="4" y="{y + 15}">{escape(name)}</text>')
         out.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 2}" width="{length:.1f}" height="{_CELL_H - 6}" '
                    f'fill="{colour}"/><text x="{_LABEL_W + length + 6:.1f}" y="{y + 15}">{ulp}</text>')
@@ -88,24 +90,27 @@ def _findings_table(findings) -> str:
 def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report") -> str:
     verdict = cmp.verdict
     env = run_fingerprints(store, cmp.runs)
-    counts = {s: sum(v.status == s for v in cmp.verdicts) for s in COLOURS}
-    summary = (f"runs: {', '.join(cmp.runs)}; {cmp.rows} rows; comparisons: "
-               + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; claims: {cmp.claims.describe()}")
+    cells = sorted((cell for row in verdict.cells.values() for cell in row.values()),
+                   key=lambda c: list(COLOURS).index(c.state))  # what breaks a claim first
+    counts = Counter(c.word for c in cells)
+    summary = (f"runs: {', '.join(cmp.runs)}; {cmp.rows} rows; request x axis: "
+               + ", ".join(f"{n} {word}" for word, n in counts.items()) + f"; claims: {cmp.claims.describe()}")
     claims = _table(["axis", "claim", "status", "groups", "differ (unexplained)", "explained", "causes"],
                     [[c.axis, c.level, escape(c.status), str(c.groups), escape(", ".join(c.differing)),
                       escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
-    legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {s}' for s, c in COLOURS.items())
+    legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {CELL_STATES[s]}'
+                      for s, c in COLOURS.items())
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1><div class='verdict {'fail' if verdict.failed else 'pass'}' id='verdict'>"
         f"{escape(verdict.label)} (exit {verdict.exit_code})</div><p id='headline'>{escape(verdict.headline)}</p>"
-        f"<p>{escape(summary)}</p>",
+        f"<p id='summary'>{escape(summary)}</p>",
         "".join(f"<p>baseline: {escape(line)}</p>" for line in cmp.baseline_context),
         f"<h2>Claims</h2>{claims}",
-        f"<h2>Verdicts (request x comparison axis)</h2><p>{legend}</p>{heatmap_svg(cmp)}",
+        f"<h2>Verdicts (request x comparison axis)</h2><p>{legend}</p>{heatmap_svg(verdict)}",
         f"<h2>Findings</h2><div id='findings'>{_findings_table(verdict.findings)}</div>",
-        f"<h2>Max ULP per request</h2>{ulp_plot_svg(cmp)}",
+        f"<h2>Max ULP per request</h2>{ulp_plot_svg(cmp, verdict)}",
         "<h2>Environment</h2>" + _table(["fingerprint", *FINGERPRINT_FIELDS],
                                         [[escape(fp), *(escape(str(f[k])) for k in FINGERPRINT_FIELDS)]
                                          for fp, f in sorted(env.items())]),

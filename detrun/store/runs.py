@@ -119,6 +119,15 @@ def read_part(fs: pafs.FileSystem, path: str, **options) -> pa.Table:
         raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
 
 
+def read_footer(fs: pafs.FileSystem, path: str) -> None:
+    """Check one rows file's Parquet footer (its schema and row groups) without reading its rows; one that
+    cannot be read is read_part's DetrunError (a truncated file has no footer)."""
+    try:
+        pq.read_metadata(path, filesystem=fs)
+    except (pa.ArrowException, OSError) as exc:
+        raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
+
+
 def make_row(**fields) -> Dict[str, object]:
     """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
     names = set(SCHEMA.names)
@@ -342,6 +351,17 @@ class RunStore:
                 raise DetrunError(f"{path}: manifest field {name!r} must be a {kind.__name__}, got {got}")
         return manifest
 
+    def damage(self, run_id: str) -> str:
+        """Why the run cannot be read ("" when it can): its manifest, or a rows file whose Parquet footer is
+        not whole. What list and history call damaged (history also finds damage deeper in the rows it reads)."""
+        try:
+            self.manifest(run_id)
+            for path in self.row_files(run_id):
+                read_footer(self.fs, path)
+        except DetrunError as exc:
+            return str(exc)
+        return ""
+
     def finish_run(self, run_id: str, status: str, **extra) -> None:
         manifest = self.manifest(run_id)
         manifest.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **extra)
@@ -457,6 +477,10 @@ class RunStore:
                     return f.read()
         return None
 
+    def blob_home(self, run_ids: Iterable[str] = ()) -> str:
+        """Where read_blob looks for a digest's bytes, for messages: the root's blobs folder."""
+        return self.where("blobs")
+
     def blob_refs(self, run_id: str) -> Set[str]:
         """The digests a run's rows reference (its claim on the shared blobs; rows hold them per shard)."""
         table = self.dataset([run_id]).to_table(columns=["out_digest", "lse_digest"])
@@ -491,6 +515,9 @@ class RunSet:
             if found is not None:
                 return found
         return None
+
+    def blob_home(self, labels: Iterable[str] = ()) -> str:
+        return ", ".join(dict.fromkeys(self.refs[label][0].blob_home() for label in labels)) or self.root
 
     def dataset(self, labels: Optional[Sequence[str]] = None) -> pads.Dataset:
         files = [f for label in (labels if labels is not None else self.refs) for f in self.row_files(label)]
@@ -531,10 +558,8 @@ def run_dirs(root: str, run_ids: Sequence[str]):
 
 
 def runs_under(req: RunsRequest) -> Iterator[Tuple[str, Union[dict, DetrunError]]]:
-    """detrun list: each run under req.runs_root with its manifest, or the error reading it (a damaged run)."""
+    """detrun list: each run under req.runs_root with its manifest, or why it is damaged (RunStore.damage)."""
     store = RunStore(req.runs_root)
     for run_id in store.list_runs():
-        try:
-            yield run_id, store.manifest(run_id)
-        except DetrunError as exc:
-            yield run_id, exc
+        damage = store.damage(run_id)
+        yield run_id, DetrunError(damage) if damage else store.manifest(run_id)
