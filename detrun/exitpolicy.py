@@ -27,6 +27,7 @@ from .errors import (
     DetrunError,
     Terminated,
     first_line,
+    incomplete_note,
     interruption,
 )
 from .paths import check_output_path
@@ -75,7 +76,8 @@ def _error(exc: DetrunError) -> int:
 
 
 def _interrupted(exc: BaseException) -> int:
-    print(f"detrun: {interruption(exc)}; a run in progress is marked incomplete", file=sys.stderr)
+    note = incomplete_note(exc)
+    print(f"detrun: {interruption(exc)}" + (f"; {note}" if note else ""), file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
