@@ -41,6 +41,8 @@ RequireBaseline = Annotated[bool, typer.Option(
 Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]
 Junit = Annotated[Optional[Path], typer.Option(
     "--junit", help="Also write JUnit XML here (one testcase per comparison).")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Show Ray's own notices and the tasks' output "
+                                                               "(on stderr)")]
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
@@ -108,6 +110,7 @@ def submit(
     jit_cache: Annotated[bool, typer.Option(
         "--jit-cache/--no-jit-cache", help="FlashInfer tasks load the modules compiled before from "
                                             "<runs root>/jit-cache and store the ones they compile")] = True,
+    verbose: Verbose = False,
 ) -> None:
     """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
     from .present import lines
@@ -115,7 +118,8 @@ def submit(
 
     req = SubmitRequest(_str(spec_path), gpus, address, accelerator_type, task_timeout, resume, _str(working_dir),
                         runs_root, run_id, tuple(overrides or ()),
-                        _claims(baseline, require_baseline, strict, expect, details), _str(junit), jit_cache)
+                        _claims(baseline, require_baseline, strict, expect, details), _str(junit), jit_cache,
+                        verbose)
     done = submission.submit(req, _progress)
     if isinstance(done, submission.Submitted):
         return print(*lines.submitted(done.plan, runs_root), sep="\n")

@@ -54,7 +54,7 @@ def _every_option(tmp_path) -> list:
             "--task-timeout", "1234567.5", "--working-dir", str(ROOT), "--runs-root", "/shared/runs",
             "--run-id", "nightly", "--set", "repeats=2", "--set", "modes=[eager]", "--baseline",
             "--require-baseline", "--strict", "--expect", "batch=bitwise", "--expect", "gpu=ignore",
-            "--details", "5", "--junit", str(tmp_path / "out.xml"), "--no-jit-cache"]
+            "--details", "5", "--junit", str(tmp_path / "out.xml"), "--no-jit-cache", "--verbose"]
 
 
 def test_every_option_survives_the_job_argv(parse, tmp_path):

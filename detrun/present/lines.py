@@ -14,9 +14,16 @@ def submitted(plan, runs_root: str) -> List[str]:
             f"detrun logs {plan.run_id} --runs-root {runs_root}"]
 
 
+def slots(count: int, devices) -> str:
+    """A run's slots and what its tasks ran on (rows' gpu_name): "1 GPU", "2 CPU slots", "3 slots" (mixed)."""
+    kinds = {"CPU slot" if d.startswith("cpu") else "GPU" for d in devices}
+    kind = kinds.pop() if len(kinds) == 1 else "slot"
+    return f"{count} {kind}{'s' * (count != 1)}"
+
+
 def ran(done) -> str:
     """A run driven from here (run.submission.Ran)."""
-    verb = f"resumed: {done.shards_run} shard(s) run" if done.resumed else f"{done.slots} GPU(s)"
+    verb = f"resumed: {done.shards_run} shard(s) run" if done.resumed else slots(done.slots, done.devices)
     return f"run {done.run_id}: {verb}, {done.seconds:.1f} s, stored under {done.where}"
 
 

@@ -27,6 +27,7 @@ class SubmitRequest:
     claims: ClaimOptions = ClaimOptions()
     junit: Optional[str] = None
     jit_cache: bool = True
+    verbose: bool = False  # Ray's own notices and the tasks' output on stderr (run/raylog.py)
 
     def compare_request(self, run_id: str) -> CompareRequest:
         """The comparison that ends the run."""
@@ -43,3 +44,4 @@ class ShrinkRequest:
     runs_root: str = "runs"
     inline: bool = False  # trials in this process, without Ray
     address: Optional[str] = None  # the Ray the trials run on (default: a local one)
+    verbose: bool = False  # Ray's own notices on stderr (run/raylog.py)

@@ -39,6 +39,7 @@ from .isolation import (
     unfinished_rows,
 )
 from .jitcache import CONTEXT_KEY as JIT_CACHE
+from .raylog import ray_output
 from .resources import host_peak_mb
 from .resume import missing_shards
 
@@ -114,13 +115,15 @@ def _init(**kwargs) -> None:
 
 
 def connect(address: Optional[str] = None, gpus: Optional[int] = None,
-            accelerator_type: Optional[str] = None) -> int:
+            accelerator_type: Optional[str] = None, verbose: bool = False) -> int:
     """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
 
-    gpus None means every alive GPU (of accelerator_type, when given).
+    gpus None means every alive GPU (of accelerator_type, when given). Ray's own output (raylog.py) reaches
+    stderr only when verbose.
     """
+    log_to_driver = ray_output(verbose)
     if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        kwargs = dict(include_dashboard=False, log_to_driver=log_to_driver, configure_logging=False)
         try:
             if address:
                 _init(address=address, **kwargs)
@@ -147,6 +150,7 @@ class SubmitResult:
     notes: List[str] = field(default_factory=list)
     failures: List[str] = field(default_factory=list)
     shards_run: int = 0
+    devices: set = field(default_factory=set)  # the rows' gpu_name (cpu:<machine> on a task without CUDA)
 
 
 @dataclass
@@ -310,6 +314,7 @@ class _ShardRun:
         start = time.perf_counter()
         self.store.write_blobs(blobs)
         self.store.write_rows(self.run_id, shard.shard_id, rows)
+        self.result.devices.update(r["gpu_name"] for r in rows if r.get("gpu_name"))
         timings.setdefault("driver", {})["write_s"] = time.perf_counter() - start
         self.store.write_timings(self.run_id, shard.shard_id, timings)
         self.books.pop(shard.shard_id, None)

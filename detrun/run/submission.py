@@ -72,6 +72,7 @@ class Ran:
     failures: List[str]
     seconds: float
     where: str  # where the run is stored
+    devices: Tuple[str, ...] = ()  # what the tasks ran on (rows' gpu_name: cpu:<machine> or the GPU's name)
 
 
 def parse_gpus(value: str) -> Optional[int]:
@@ -107,7 +108,7 @@ def job_argv(req: SubmitRequest) -> List[str]:
         args += ["--task-timeout", _float_arg(req.task_timeout)]
     args += [a for item in req.overrides for a in ("--set", item)]
     args += claim_flags(req.claims) + (["--junit", req.junit] if req.junit else [])
-    return args + ([] if req.jit_cache else ["--no-jit-cache"])
+    return args + ([] if req.jit_cache else ["--no-jit-cache"]) + (["--verbose"] if req.verbose else [])
 
 
 def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> JobPlan:
@@ -184,8 +185,8 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
         store.reopen_run(run_id, **extra)
         store.finish_run(run_id, Stored.COMPLETE, failures=[])
         return Ran(run_id, True, 0, 0, [], time.perf_counter() - started, store.where(run_id))
-    slots = runner.connect(req.address, gpus, accelerator_type)
-    with progress(f"{run_id} on {slots} GPU(s)") as on_progress:
+    slots = runner.connect(req.address, gpus, accelerator_type, req.verbose)
+    with progress(f"{run_id} on {slots} slot{'s' * (slots > 1)}") as on_progress:
         options = runner.RunOptions(accelerator_type, req.task_timeout, on_progress,
                                     cache_root(store) if req.jit_cache else None)
         if req.resume:
@@ -194,7 +195,7 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
             result = runner.submit(spec, store, slots, req.spec_path or "", run_id, options=options,
                                    manifest_extra=extra)
     return Ran(result.run_id, bool(req.resume), slots, result.shards_run, list(result.failures),
-               time.perf_counter() - started, store.where(result.run_id))
+               time.perf_counter() - started, store.where(result.run_id), tuple(sorted(result.devices)))
 
 
 def recorded_job(store: RunStore, run: str, address: Optional[str] = None) -> Optional[Tuple[str, str]]:
