@@ -166,11 +166,15 @@ def shrink(
     run: RunArg,
     output: Annotated[Path, typer.Option("-o", "--output", help="The job spec to write (the minimal pair)")] = Path(
         "found.yaml"),
+    request: Annotated[Optional[str], typer.Option(
+        metavar="NAME", help="The request to follow (default: the first that differs)")] = None,
     budget_cells: Annotated[int, typer.Option("--budget-cells", min=2, help="Cells the trials may run")] = 200,
     runs_root: RunsRoot = "runs",
-    inline: Annotated[bool, typer.Option("--inline", help="Run the trials in this process, without Ray")] = False,
     address: Annotated[Optional[str], typer.Option(
-        help="Ray to run the trials on: ray://..., host:port or auto (default: start a local Ray)")] = None,
+        help="Run the trials on Ray: ray://..., host:port, auto, or local (start one); default: in this "
+             "process")] = None,
+    inline: Annotated[bool, typer.Option("--inline", help="Trials in this process (the default)")] = False,
+    verbose: Verbose = False,
 ) -> None:
     """Shrink RUN's first batch difference to the smallest batch that still differs; write it as a job.
 
@@ -180,7 +184,7 @@ def shrink(
     from .present import lines
     from .run.shrink import shrink_run
 
-    found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address),
+    found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
     print(*lines.shrunk(found, output), sep="\n")
     exitpolicy.set_verdict(EXIT_MISMATCH)

@@ -56,10 +56,15 @@ def shrunk(found, output) -> List[str]:
     p, spec, names = found.pair, found.spec, ", ".join
     state = "budget spent: smaller, not shown minimal" if found.exhausted else "minimal: no smaller batch differs"
     out = [f"{state} ({len(found.steps)} trials, {found.cells} cells): {p.request} differs between "
-           f"{p.small} ({names(spec.cases[p.small])}) and {p.large} ({names(spec.cases[p.large])}) ({p.where})"]
+           f"{found.small} ({names(spec.cases[found.small])}) and {found.large} ({names(spec.cases[found.large])}) "
+           f"({p.where}; as run: {p.small} vs {p.large})"]
     out += [f"  plan in {row['case']}: {plan_line(row)}" for row in found.rows]
-    return out + [f"  differs in: {'; '.join(found.explain())}",
-                  f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
+    out.append(f"  differs in: {'; '.join(found.explain())}")
+    others = [n for n in p.differing if n != p.target]
+    if others:
+        more = f", +{len(others) - 8} more" if len(others) > 8 else ""
+        out.append(f"  also differ across batches: {names(others[:8])}{more} (shrink one with --request NAME)")
+    return out + [f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
 
 
 def listed(run_id: str, manifest) -> str:

@@ -116,7 +116,8 @@ def _init(**kwargs) -> None:
 
 def connect(address: Optional[str] = None, gpus: Optional[int] = None,
             accelerator_type: Optional[str] = None, verbose: bool = False) -> int:
-    """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
+    """Use a running Ray (tests, jobs, ray://, host:port, auto) or start a local one (no address, or
+    "local"); return the GPUs to use.
 
     gpus None means every alive GPU (of accelerator_type, when given). Ray's own output (raylog.py) reaches
     stderr only when verbose.
@@ -125,7 +126,7 @@ def connect(address: Optional[str] = None, gpus: Optional[int] = None,
     if not ray.is_initialized():
         kwargs = dict(include_dashboard=False, log_to_driver=log_to_driver, configure_logging=False)
         try:
-            if address:
+            if address and address != "local":
                 _init(address=address, **kwargs)
             else:
                 declared = gpus if gpus is not None else max(1, local_gpu_count())
