@@ -232,6 +232,17 @@ def _stored(root) -> dict:
     return {str(p): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
 
 
+@pytest.mark.parametrize("args, line", [
+    ([], "detrun: error: no job spec given: pass one (e.g. detrun submit jobs/paged.yaml) or --resume RUN"),
+    (["JOB", "--resume", "r1"], "detrun: error: a job spec (JOB) and --resume r1 given: pass one of them"),
+])
+def test_submit_says_what_is_missing_or_too_much(capsys, tmp_path, no_ray, args, line):
+    job = _job(tmp_path)
+    args = [job if a == "JOB" else a for a in args]
+    code, _, err = _main(capsys, "submit", *args, "--runs-root", str(tmp_path / "r"))
+    assert code == 2 and _one_line(err) == line.replace("JOB", job)
+
+
 def test_run_id_that_exists_is_exit_2_before_ray(capsys, tmp_path, runs, no_ray):
     before = _stored(runs)
     code, _, err = _main(capsys, "submit", _job(tmp_path), "--run-id", "pass", "--runs-root", runs)
