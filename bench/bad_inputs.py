@@ -25,13 +25,17 @@ def cases(tmp: Path):
     (tmp / "afile").write_text("x")
     (tmp / "runs" / "bad").mkdir(parents=True)
     (tmp / "runs" / "bad" / "manifest.json").write_text('{"run_id": "bad", "spec": [], "gpus": 1, "status": "x"}')
+    (tmp / "empty.yaml").write_text("")
     (tmp / "runs" / "torn").mkdir()
     (tmp / "runs" / "torn" / "manifest.json").write_text("{not json")
     return [
         ("non-UTF-8 spec", ["submit", str(tmp / "latin1.yaml")]),
         ("missing spec file", ["submit", str(tmp / "nope.yaml")]),
+        ("empty spec file", ["submit", str(tmp / "empty.yaml")]),
+        ("no spec, no --resume", ["submit"]),
         ("`--set` value not YAML", ["submit", JOB, "--set", "name=[unclosed"]),
         ("unknown spec field", ["submit", JOB, "--set", "flashinfer.backnd=fa3"]),
+        ("unknown top-level key", ["submit", JOB, "--set", "nosuch.key=1"]),
         ("qo_len of 10**9", ["submit", JOB, "--set", "requests.target.qo_len=1000000000"]),
         ("repeats of 10**9", ["submit", JOB, "--set", "repeats=1000000000"]),
         ("prefix naming no request", ["submit", JOB, "--set", "requests.sibling.prefix=nobody"]),

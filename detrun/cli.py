@@ -18,9 +18,10 @@ from . import exitpolicy
 from .errors import EXIT_MISMATCH
 from .judge.requests import BaselineRequest, ClaimOptions, CompareRequest, ReportRequest
 from .run.requests import ShrinkRequest, SubmitRequest
-from .store.requests import RunRequest, RunsRequest
+from .store.requests import RunRequest, RunsRequest, TimingsRequest
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# rich_markup_mode=None: click's plain help, one line per option at 80 columns (tests/test_help.py)
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Determinism regression runner for LLM attention kernels, on Ray.")
 
 
@@ -29,23 +30,21 @@ def _errors(fn):
     return exitpolicy.command(fn, outputs={"junit": "--junit", "output": "-o/--output"})
 
 
-RunsRoot = Annotated[str, typer.Option("--runs-root", help="Where runs are stored (path or URI).")]
-Baseline = Annotated[bool, typer.Option(
-    "--baseline", help="Compare against the golden baseline of the run's fingerprint.")]
-Strict = Annotated[bool, typer.Option("--strict", help="Every axis claimed bitwise: explained differences fail too.")]
+RunsRoot = Annotated[str, typer.Option("--runs-root", metavar="DIR|URI", help="Where runs are stored")]
+Baseline = Annotated[bool, typer.Option("--baseline", help="Also compare with the fingerprint's baseline")]
+Strict = Annotated[bool, typer.Option("--strict", help="Every axis bitwise: explained differences fail")]
 Expect = Annotated[Optional[List[str]], typer.Option(
-    "--expect", metavar="AXIS=LEVEL", help="Claim per axis (repeat, gpu, mode, batch, phase, run): bitwise, "
-                                          "explained or ignore; over the spec's `expect` (repeatable)")]
+    "--expect", metavar="AXIS=LEVEL", help="Claim per axis: bitwise, explained or ignore (repeatable)")]
 RequireBaseline = Annotated[bool, typer.Option(
-    "--require-baseline", help="With --baseline: no baseline of this exact fingerprint fails (exit 1)")]
-Details = Annotated[int, typer.Option("--details", min=0, help="Examples shown per (axis, cause)")]
-Junit = Annotated[Optional[Path], typer.Option(
-    "--junit", help="Also write JUnit XML here (one testcase per comparison).")]
+    "--require-baseline", help="With --baseline: no baseline fails (exit 1)")]
+Details = Annotated[int, typer.Option("--details", min=0, metavar="N", help="Examples per (axis, cause)")]
+Junit = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Also write JUnit XML")]
+Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Ray's notices and task output, on stderr")]
 
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
-RunArg = Annotated[str, typer.Argument(help="Run id under --runs-root")]
-JobAddress = Annotated[Optional[str], typer.Option(help="Jobs API address (default: the recorded one)")]
+RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id under --runs-root", show_default=False)]
+JobAddress = Annotated[Optional[str], typer.Option(metavar="URL", help="Jobs API (default: the recorded one)")]
 
 
 def _console(stderr: bool = False):
@@ -87,35 +86,37 @@ def _progress(label: str):
 @app.command()
 @_errors
 def submit(
-    spec_path: Annotated[Optional[Path], typer.Argument(help="Job spec (YAML), e.g. jobs/paged.yaml")] = None,
-    gpus: Annotated[str, typer.Option(help="GPUs: all alive ones, or N (a local Ray declares N)")] = "all",
+    spec_path: Annotated[Optional[Path], typer.Argument(
+        metavar="SPEC", help="Job spec (YAML), e.g. jobs/paged.yaml", show_default=False)] = None,
+    gpus: Annotated[str, typer.Option(metavar="N|all", help="GPU slots: N, or every alive GPU")] = "all",
     address: Annotated[Optional[str], typer.Option(
-        help="http://head:8265: submit as a Ray job; ray://..., host:port or auto: drive that cluster from here; "
-             "default: start a local Ray")] = None,
+        metavar="URL", help="http://head:8265: send as a Ray job; ray://..., host:port, auto: drive that Ray "
+                            "from here (default: a local Ray)")] = None,
     accelerator_type: Annotated[Optional[str], typer.Option(
-        help="Only GPUs of this Ray accelerator type, e.g. H100 (PCIe and SXM alike: rows keep the full name)")] = None,
-    task_timeout: Annotated[Optional[float], typer.Option(min=1, help="Cancel a shard task after S seconds")] = None,
-    resume: Annotated[Optional[str], typer.Option(metavar="RUN", help="Run only what RUN is missing")] = None,
+        metavar="TYPE", help="Only GPUs of this Ray type, e.g. H100")] = None,
+    task_timeout: Annotated[Optional[float], typer.Option(
+        min=1, metavar="S", help="Cancel a shard task after S seconds")] = None,
+    resume: Annotated[Optional[str], typer.Option(metavar="RUN", help="Run only the shards RUN lacks")] = None,
     working_dir: Annotated[Optional[Path], typer.Option(
-        help="With an http:// address: upload this directory as the job's working_dir "
-             "(default: use the detrun installed on the cluster)")] = None,
+        metavar="DIR", help="Upload DIR as the Ray job's working_dir")] = None,
     runs_root: RunsRoot = "runs",
-    run_id: Annotated[Optional[str], typer.Option(help="Run id (default: <name>-<UTC time>-<hex>)")] = None,
+    run_id: Annotated[Optional[str], typer.Option(metavar="ID", help="Default: <name>-<UTC time>-<hex>")] = None,
     overrides: Annotated[Optional[List[str]], typer.Option(
-        "--set", help="Override a spec field: KEY.PATH=VALUE (repeatable)")] = None,
+        "--set", metavar="KEY=VALUE", help="Set a spec field, e.g. flashinfer.backend=fa3 (repeatable)")] = None,
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
     expect: Expect = None, details: Details = 3, junit: Junit = None,
     jit_cache: Annotated[bool, typer.Option(
-        "--jit-cache/--no-jit-cache", help="FlashInfer tasks load the modules compiled before from "
-                                            "<runs root>/jit-cache and store the ones they compile")] = True,
+        "--jit-cache/--no-jit-cache", help="Reuse FlashInfer modules from <runs root>/jit-cache")] = True,
+    verbose: Verbose = False,
 ) -> None:
-    """Expand a job spec into cells, run them as Ray tasks, store rows, compare (or resume a run)."""
+    """Run a job spec's cells as Ray tasks, store the rows and compare them (or --resume a run)."""
     from .present import lines
     from .run import submission
 
     req = SubmitRequest(_str(spec_path), gpus, address, accelerator_type, task_timeout, resume, _str(working_dir),
                         runs_root, run_id, tuple(overrides or ()),
-                        _claims(baseline, require_baseline, strict, expect, details), _str(junit), jit_cache)
+                        _claims(baseline, require_baseline, strict, expect, details), _str(junit), jit_cache,
+                        verbose)
     done = submission.submit(req, _progress)
     if isinstance(done, submission.Submitted):
         return print(*lines.submitted(done.plan, runs_root), sep="\n")
@@ -128,12 +129,14 @@ def submit(
 @app.command()
 @_errors
 def compare(
-    runs: Annotated[List[str], typer.Argument(help="Run ids under --runs-root (or run directories)")],
+    runs: Annotated[List[str], typer.Argument(metavar="RUN", help="Run ids under --runs-root, or run folders")],
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
     expect: Expect = None, details: Details = 3, junit: Junit = None,
 ) -> None:
-    """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs. Exit 0/1/2."""
+    """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs.
+
+    Exit 0: every claim held; 1: a determinism failure; 2: bad input."""
     req = CompareRequest(tuple(runs), runs_root, _claims(baseline, require_baseline, strict, expect, details),
                          _str(junit))
     raise typer.Exit(_compare_and_print(req))
@@ -142,13 +145,14 @@ def compare(
 @app.command()
 @_errors
 def report(
-    runs: Annotated[List[str], typer.Argument(help="Run ids under --runs-root (or run directories)")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="The HTML file to write")] = Path("report.html"),
+    runs: Annotated[List[str], typer.Argument(metavar="RUN", help="Run ids under --runs-root, or run folders")],
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="FILE", help="The HTML file to write")] = Path(
+        "report.html"),
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
     expect: Expect = None,
 ) -> None:
-    """Write one self-contained HTML report (verdict, claims, findings, heatmap, max-ULP plot, environment)."""
+    """Write one self-contained HTML report: verdict, claims, findings, heatmap, max-ULP plot, environment."""
     from .present.outputs import report as write
 
     ids, cmp = write(ReportRequest(tuple(runs), str(output), runs_root,
@@ -160,23 +164,26 @@ def report(
 @_errors
 def shrink(
     run: RunArg,
-    output: Annotated[Path, typer.Option("-o", "--output", help="The job spec to write (the minimal pair)")] = Path(
-        "found.yaml"),
-    budget_cells: Annotated[int, typer.Option("--budget-cells", min=2, help="Cells the trials may run")] = 200,
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", metavar="FILE", help="The job spec to write (the minimal pair)")] = Path("found.yaml"),
+    request: Annotated[Optional[str], typer.Option(
+        metavar="NAME", help="The request to follow (default: the first)")] = None,
+    budget_cells: Annotated[int, typer.Option(
+        "--budget-cells", min=2, metavar="N", help="Cells the trials may run")] = 200,
     runs_root: RunsRoot = "runs",
-    inline: Annotated[bool, typer.Option("--inline", help="Run the trials in this process, without Ray")] = False,
     address: Annotated[Optional[str], typer.Option(
-        help="Ray to run the trials on: ray://..., host:port or auto (default: start a local Ray)")] = None,
+        metavar="URL", help="Trials on Ray: ray://..., host:port, auto, local (default: in this process)")] = None,
+    inline: Annotated[bool, typer.Option("--inline", help="Trials in this process (the default)")] = False,
+    verbose: Verbose = False,
 ) -> None:
-    """Shrink RUN's first batch difference to the smallest batch that still differs; write it as a job.
+    """Shrink RUN's batch difference to the smallest batch that still differs; write it as a job.
 
-    Exit 1: the difference was reproduced and shrunk (the written job fails the same way); 2: nothing to
-    shrink, or the pair did not differ when run again.
+    Exit 1: shrunk (the job written fails the same way); 2: nothing to shrink, or it did not differ again.
     """
     from .present import lines
     from .run.shrink import shrink_run
 
-    found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address),
+    found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
     print(*lines.shrunk(found, output), sep="\n")
     exitpolicy.set_verdict(EXIT_MISMATCH)
@@ -186,7 +193,7 @@ def shrink(
 @app.command()
 @_errors
 def history(runs_root: RunsRoot = "runs") -> None:
-    """List every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
+    """Every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
     from .judge.history import history_under
     from .present.render import print_history
 
@@ -196,7 +203,7 @@ def history(runs_root: RunsRoot = "runs") -> None:
 @baseline_app.command("set")
 @_errors
 def baseline_set(
-    run: Annotated[str, typer.Argument(help="The run to make golden for each fingerprint it recorded")],
+    run: Annotated[str, typer.Argument(metavar="RUN", help="The run to make golden", show_default=False)],
     runs_root: RunsRoot = "runs",
     force: Annotated[bool, typer.Option(help="Even if the run is incomplete or fails on its own")] = False,
 ) -> None:
@@ -230,12 +237,13 @@ def list_runs(runs_root: RunsRoot = "runs") -> None:
 
 @app.command()
 @_errors
-def timings(run: RunArg, runs_root: RunsRoot = "runs") -> None:
-    """Where a run's seconds went: worker start, imports, plan, capture, kernels, digests, writes; peak memory."""
+def timings(run: RunArg, runs_root: RunsRoot = "runs", all_stages: Annotated[bool, typer.Option(
+        "--all", help="Every stage, also those that took no time")] = False) -> None:
+    """Where a run's seconds went (worker start, imports, plan, kernels, digests, writes); peak memory."""
     from .present.render import print_timings
     from .run.resources import timings_of
 
-    breakdown, extra = timings_of(RunRequest(run, runs_root))
+    breakdown, extra = timings_of(TimingsRequest(run, runs_root, all_stages))
     print_timings(*breakdown, _console())
     for line in extra:
         print(line)
@@ -244,7 +252,7 @@ def timings(run: RunArg, runs_root: RunsRoot = "runs") -> None:
 @app.command()
 @_errors
 def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None) -> None:
-    """A run's status from its manifest (shards stored, failures), and its Ray job's status if submitted."""
+    """A run's status (shards stored, failures), and its Ray job's if it was submitted as one."""
     from .present import lines
     from .run.submission import run_status
 
@@ -266,7 +274,8 @@ def logs(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None) 
 @app.command("validate-cluster")
 @_errors
 def validate_cluster(
-        path: Annotated[Path, typer.Argument(help="Cluster-launcher YAML, e.g. ray_cluster.yaml")]) -> None:
+        path: Annotated[Path, typer.Argument(
+            metavar="YAML", help="Cluster-launcher YAML, e.g. ray_cluster.yaml", show_default=False)]) -> None:
     """Check a `ray up` cluster YAML offline with Ray's own schema and rules."""
     from .run.cluster import validate_cluster_yaml
 

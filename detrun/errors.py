@@ -32,6 +32,18 @@ def interruption(exc: BaseException) -> str:
     return "interrupted (SIGTERM)" if sigterm else "interrupted (Ctrl-C)"
 
 
+def mark_incomplete(exc: BaseException, run_id: str, runs_root: str) -> None:
+    """Note on an interruption that it left run_id marked incomplete (exitpolicy says so; an interruption
+    without the note created or changed no run)."""
+    exc.detrun_incomplete = (f"run {run_id} is marked incomplete; finish it with: "  # type: ignore[attr-defined]
+                             f"detrun submit --resume {run_id} --runs-root {runs_root}")
+
+
+def incomplete_note(exc: BaseException) -> str:
+    """What mark_incomplete noted on exc ('' when nothing)."""
+    return getattr(exc, "detrun_incomplete", "")
+
+
 AUTH_HINT = ("set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (the cluster's token, "
              "see `ray get-auth-token` on the head) in this shell")
 

@@ -27,6 +27,7 @@ from .errors import (
     DetrunError,
     Terminated,
     first_line,
+    incomplete_note,
     interruption,
 )
 from .paths import check_output_path
@@ -75,7 +76,8 @@ def _error(exc: DetrunError) -> int:
 
 
 def _interrupted(exc: BaseException) -> int:
-    print(f"detrun: {interruption(exc)}; a run in progress is marked incomplete", file=sys.stderr)
+    note = incomplete_note(exc)
+    print(f"detrun: {interruption(exc)}" + (f"; {note}" if note else ""), file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
@@ -137,7 +139,14 @@ def _rich_raises_broken_pipe():
 
 
 def _show_usage_error(exc: ClickException) -> None:
-    """Typer's own rendering of a usage error (a rich panel, or click's plain text without rich)."""
+    """Typer's own rendering of a usage error (a rich panel, or click's plain text without rich); a command
+    group given no command prints its help (click's NoArgsIsHelpError, whose message is the help)."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        try:
+            print(exc.format_message(), flush=True)
+        except BrokenPipeError:  # `detrun | head -1`
+            _closed_stdout()
+        return
     try:
         from typer.rich_utils import rich_format_error
     except ImportError:  # pragma: no cover
@@ -148,7 +157,7 @@ def _show_usage_error(exc: ClickException) -> None:
 
 def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
     try:
-        code = app(args=args, standalone_mode=False)
+        code = app(args=args, standalone_mode=False, prog_name="detrun")
         sys.stdout.flush()
     except BrokenPipeError as exc:
         return _closed_stdout() if _stdout_closed() else _internal(exc)

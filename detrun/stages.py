@@ -114,6 +114,18 @@ def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[s
     return [(name, total[name], count[name]) for name in total]
 
 
+def took_time(rows: List[Tuple[str, float, int]]) -> List[Tuple[str, float, int]]:
+    """The rows of stages that took time (at least the 0.5 ms the table's 3 decimals show); the others
+    folded into one row, last, so that the sum stays the same. BESIDE rows are not summed: one that took
+    no time is left out."""
+    shown = [r for r in rows if r[1] >= 0.0005]
+    hidden = [r for r in rows if r[1] < 0.0005 and r[0] not in BESIDE]
+    if not hidden:
+        return shown
+    return shown + [(f"{len(hidden)} stages under 0.5 ms (--all lists them)", sum(r[1] for r in hidden),
+                     sum(r[2] for r in hidden))]
+
+
 def steady_state(shard_timings: Dict[str, dict]) -> Optional[Tuple[int, float, Dict[str, float]]]:
     """(cells, their seconds, {stage: its seconds in them}) over every shard's steady-state cells, or None."""
     def total(name: str, key: str) -> float:

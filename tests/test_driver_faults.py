@@ -95,3 +95,5 @@ def test_ctrl_c_leaves_no_ray_process_of_its_session(driver, tmp_path):
     manifest = _manifest(tmp_path, "intr")
     assert manifest["status"] == "incomplete"
     assert manifest["failures"] == ["interrupted (Ctrl-C) with 1 task(s) running"]
+    assert "detrun: interrupted (Ctrl-C); run intr is marked incomplete; finish it with: detrun submit --resume intr" \
+        in err

@@ -222,6 +222,76 @@ def test_read_only_runs_root(capsys, monkeypatch, tmp_path, no_ray):
     assert "not writable" in err and list(root.iterdir()) == []
 
 
+# -- the run's state: checked before Ray starts, nothing stored changes
+
+
+def _stored(root) -> dict:
+    """Every file under a runs root and its bytes."""
+    from pathlib import Path
+
+    return {str(p): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("args, line", [
+    ([], "detrun: error: no job spec given: pass one (e.g. detrun submit jobs/paged.yaml) or --resume RUN"),
+    (["JOB", "--resume", "r1"], "detrun: error: a job spec (JOB) and --resume r1 given: pass one of them"),
+])
+def test_submit_says_what_is_missing_or_too_much(capsys, tmp_path, no_ray, args, line):
+    job = _job(tmp_path)
+    args = [job if a == "JOB" else a for a in args]
+    code, _, err = _main(capsys, "submit", *args, "--runs-root", str(tmp_path / "r"))
+    assert code == 2 and _one_line(err) == line.replace("JOB", job)
+
+
+def test_run_id_that_exists_is_exit_2_before_ray(capsys, tmp_path, runs, no_ray):
+    before = _stored(runs)
+    code, _, err = _main(capsys, "submit", _job(tmp_path), "--run-id", "pass", "--runs-root", runs)
+    assert code == 2 and _one_line(err) == f"detrun: error: --run-id pass: run pass already exists under {runs}"
+    assert _stored(runs) == before
+
+
+def test_resume_of_a_complete_run_is_exit_2_before_ray(capsys, runs, no_ray):
+    before = _stored(runs)
+    code, _, err = _main(capsys, "submit", "--resume", "pass", "--runs-root", runs)
+    assert code == 2 and _one_line(err) == (f"detrun: error: --resume pass: run pass is complete, nothing to resume; "
+                                            f"compare it with: detrun compare pass --runs-root {runs}")
+    assert _stored(runs) == before  # not reopened
+
+
+def test_resume_of_a_stale_run_with_every_shard_finishes_it_without_ray(capsys, tmp_path, no_ray):
+    store = RunStore(str(tmp_path / "runs"))
+    run_inline(store, small(**TINY), "dead")
+    manifest = store.manifest("dead")
+    store.write_manifest(dict(manifest, status="running"))  # its driver died after the last shard's write
+    code, out, _ = _main(capsys, "submit", "--resume", "dead", "--runs-root", store.root)
+    assert code == 0 and out.startswith("run dead: resumed: 0 shard(s) run")
+    assert store.manifest("dead")["status"] == "complete" and len(store.manifest("dead")["resumed"]) == 1
+
+
+def test_working_dir_without_a_jobs_address_is_exit_2(capsys, tmp_path, no_ray):
+    code, _, err = _main(capsys, "submit", _job(tmp_path), "--working-dir", ".", "--runs-root", str(tmp_path / "r"))
+    assert code == 2 and "--working-dir" in _one_line(err) and "http:// --address" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_ctrl_c_before_a_run_exists_claims_no_run(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("detrun.run.runner.connect", _raise(KeyboardInterrupt()))  # Ctrl-C while Ray starts
+    code, _, err = _main(capsys, "submit", _job(tmp_path), "--runs-root", str(tmp_path / "r"))
+    assert code == 130 and _one_line(err) == "detrun: interrupted (Ctrl-C)"
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_interruption_that_marked_a_run_says_which(capsys, monkeypatch, tmp_path):
+    from detrun.errors import mark_incomplete
+
+    exc = KeyboardInterrupt()
+    mark_incomplete(exc, "r1", "/runs")
+    monkeypatch.setattr(RunStore, "list_runs", _raise(exc))
+    code, _, err = _main(capsys, "list", "--runs-root", str(tmp_path))
+    assert code == 130 and _one_line(err) == ("detrun: interrupted (Ctrl-C); run r1 is marked incomplete; finish it "
+                                              "with: detrun submit --resume r1 --runs-root /runs")
+
+
 @pytest.mark.parametrize("doc, needle", [
     ([], "a JSON list, not an object"),
     ({"spec": {}, "gpus": 1, "status": "complete"}, "field 'run_id' must be a str, got nothing"),

@@ -49,14 +49,21 @@ def test_http_address_submits_a_job_with_working_dir(client, tmp_path, monkeypat
     assert "detrun status nightly" in res.stdout
 
 
-def test_installed_package_and_resume_submissions(client, tmp_path):
-    runs = str(tmp_path)
-    res = _invoke("submit", "--resume", "r1", "--address", ADDRESS, "--runs-root", runs)
+def test_installed_package_and_resume_submissions(client, store):
+    run_inline(store, small(repeats=2, repeats_per_task=1), "r1")
+    Path(store.row_files("r1")[1]).unlink()  # a shard to resume
+    res = _invoke("submit", "--resume", "r1", "--address", ADDRESS, "--runs-root", store.root)
     assert res.exit_code == 0, res.output
     kw = client.return_value.submit_job.call_args.kwargs
     assert "working_dir" not in kw["runtime_env"]  # relies on the detrun installed on the cluster
     assert shlex.split(kw["entrypoint"])[3:7] == ["submit", "--resume", "r1", "--address"]
     assert kw["submission_id"].startswith("detrun-r1-resume-")
+
+
+def test_resume_of_a_run_that_is_not_there_is_not_submitted(client, store):
+    res = _invoke("submit", "--resume", "r1", "--address", ADDRESS, "--runs-root", store.root)
+    assert res.exit_code == 2 and f"no run 'r1' under {store.root}" in res.stderr
+    client.return_value.submit_job.assert_not_called()
 
 
 def test_relative_runs_root_is_refused_for_jobs(client):

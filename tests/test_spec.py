@@ -1,6 +1,7 @@
 import textwrap
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from detrun.cli import app
@@ -24,7 +25,7 @@ def test_shipped_jobs_load_with_their_paged_flag(job):
         ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "CUDA_VISIBLE_DEVICES is set by Ray"),
         ({"env": {"DETRUN_DIGEST_DEPTH": "0"}}, "DETRUN_DIGEST_DEPTH='0': expected a whole number >= 1"),
         ({"env": {"DETRUN_DIGEST_STREAM": "side"}}, "DETRUN_DIGEST_STREAM='side': expected low or same"),
-        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+        ({"colour": "blue"}, "colour: not a key of the job spec"),
         ({"modes": ["eager", "graph"]}, "modes.1"),
         ({"heads": {"qo": 6, "kv": 4}}, "multiple of kv heads"),
         ({"cases": {"x": ["nobody"]}}, "cases.x: unknown request 'nobody'"),
@@ -32,7 +33,9 @@ def test_shipped_jobs_load_with_their_paged_flag(job):
         ({"repeats": 0}, "repeats: Input should be greater than or equal to 1"),
         ({"requests": {**SMALL["requests"], "sibling": {"qo_len": 5, "prefix_len": 16, "prefix": "nobody"}}},
          "requests.sibling.prefix: 'nobody' names no request"),
-        ({"limits": {"max_tokenz": 1}}, "limits.max_tokenz: Extra inputs are not permitted"),
+        ({"limits": {"max_tokenz": 1}}, "limits.max_tokenz: not a key of limits; did you mean max_tokens?"),
+        ({"requests": {"a": {"qo_len": 3, "qo": 1}}}, "requests.a.qo: not a key of requests.a (its keys: qo_len, "
+                                                      "prefix_len, prefix, copies)"),
         ({"limits": {"max_rows": 0}}, "limits.max_rows: Input should be greater than or equal to 1"),
         ({"name": ".hidden"}, "name: String should match pattern"),
     ],
@@ -98,3 +101,48 @@ def test_set_overrides_fields_and_names_a_bad_key_or_value(tmp_path):
         load_spec("jobs/paged.yaml", ["flashinfer.backend"])
     with pytest.raises(DetrunError, match="flashinfer.backend: Input should be"):
         load_spec("jobs/paged.yaml", ["flashinfer.backend=fa9"])
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["nosuch.key=1"], "--set nosuch.key=1: nosuch: not a key of the job spec (its keys: name, backend, env, "),
+    (["repeats=2", "flashinfer.backnd=fa3"], "--set flashinfer.backnd=fa3: flashinfer.backnd: not a key of "
+                                             "flashinfer; did you mean backend?"),
+    (["repeats=x"], "--set repeats=x: repeats: Input should be a valid integer"),
+    (["cases.alone=[nobody]"], "--set cases.alone=[nobody]: cases.alone: unknown request 'nobody'"),  # whole-spec check
+    (["repeats.x=1"], "--set repeats.x=1: repeats is a number in jobs/paged.yaml, not a mapping"),
+])
+def test_a_bad_set_is_blamed_on_the_set_not_the_file(overrides, line):
+    with pytest.raises(DetrunError) as err:
+        load_spec("jobs/paged.yaml", overrides)
+    assert str(err.value).startswith(line), str(err.value)
+
+
+@pytest.mark.parametrize("bad, sets", [({"colour": "blue"}, ["repeats=3"]),
+                                       ({"cases": {"alone": ["nobody"]}}, ["cases.mixed=[short]"])])
+def test_an_error_in_the_file_is_blamed_on_the_file_beside_a_good_set(tmp_path, bad, sets):
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(small(**bad)))
+    with pytest.raises(DetrunError) as err:
+        load_spec(job, sets)
+    assert str(err.value).startswith(f"{job}: "), str(err.value)
+
+
+def test_a_set_that_breaks_another_field_is_blamed(tmp_path):
+    """The error is not where the --set wrote (tokens of a case, rows of the run): the first --set after
+    which the spec no longer holds is named."""
+    with pytest.raises(DetrunError, match=r"^--set requests.target.qo_len=1000000000: cases.alone: 1000000000 tok"):
+        load_spec("jobs/paged.yaml", ["name=x", "requests.target.qo_len=1000000000", "seed=3"])
+    with pytest.raises(DetrunError, match=r"^--set repeats=1000000000: 84000000000 rows on 1 GPU slot"):
+        load_spec("jobs/paged.yaml", ["repeats=1000000000", "name=x"])
+
+
+@pytest.mark.parametrize("text, said", [("", "the file is empty (a job spec is a mapping: name, heads, requests"),
+                                        ("# only a comment\n", "the file is empty"),
+                                        ("- a\n- b\n", "a job spec must be a mapping of fields, got a list")])
+def test_an_empty_or_non_mapping_file_says_so(tmp_path, text, said):
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    for overrides in ([], ["repeats=2"]):
+        with pytest.raises(DetrunError) as err:
+            load_spec(job, overrides)
+        assert str(err.value).startswith(f"{job}: {said}"), str(err.value)

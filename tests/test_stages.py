@@ -122,3 +122,63 @@ def test_steady_line_shows_gc_pauses_within_the_stages_not_added_to_them():
 
     line = steady_line(2, 0.030, {"kernel": 0.026, "plan": 0.002, "digest": 0.001, "gc pause": 0.0004})
     assert "rest 0.500 ms; gc pauses 0.200 ms within those" in line and "gc pause 0.200" not in line
+
+
+SHARD = {  # a CPU task: no CUDA context, no flashinfer, no plan or graph stages, one steady-free pass
+    "stages": {"backend init": {"s": 0.004, "n": 1}, "inputs": {"s": 0.5, "n": 6}, "forward": {"s": 1.0, "n": 12},
+               "kernel": {"s": 0.9, "n": 6}, "digest": {"s": 1.5, "n": 6}, "device wait": {"s": 0.0001, "n": 6},
+               "gc pause": {"s": 0.0, "n": 2}},
+    "process_started_unix": 101.0, "task_entered_unix": 103.0, "returned_unix": 107.0, "import_s": 1.0,
+    "run_s": 3.1, "driver": {"submitted_unix": 100.0, "ready_unix": 107.1, "get_s": 0.01, "write_s": 0.02},
+}
+
+
+def _timed_run(store, **spec):
+    """A stored run (inline) given SHARD's timings for each of its shards, as a Ray run records them."""
+    from detrun.spec.matrix import shards
+    from detrun.spec.model import spec_from_dict
+    from tests.helpers import run_inline
+
+    run_inline(store, small(modes=["eager"], **spec), "t")
+    for shard in shards(spec_from_dict(small(modes=["eager"], **spec)), 1):
+        store.write_timings("t", shard.shard_id, SHARD)
+    manifest = store.manifest("t")
+    store.write_manifest(dict(manifest, timings={"placement_group_s": 0.1, "tasks_s": 8.0}))
+
+
+def _timings(store, *flags):
+    from typer.testing import CliRunner
+
+    from detrun.cli import app
+
+    out = CliRunner().invoke(app, ["timings", "t", "--runs-root", store.root, *flags], terminal_width=120)
+    assert out.exit_code == 0, out.output
+    return out.output
+
+
+def _rows(output: str) -> dict:
+    """stage -> seconds column of the printed table."""
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
+    return {c[0]: c[1] for c in cells}
+
+
+def test_timings_show_the_stages_that_took_time_and_fold_the_rest(store):
+    _timed_run(store, repeats=2, repeats_per_task=1)
+    every, shown = _rows(_timings(store, "--all")), _rows(_timings(store))
+    idle = {name for name, s in every.items() if s == "0.000"}
+    assert {"cuda context", "import flashinfer", "plan", "graph capture", "jit cache: save"} <= idle
+    assert not idle & set(shown) and set(shown) - set(every) == {f"{len(idle) - 1} stages under 0.5 ms (--all lists "
+                                                                 "them)"}  # gc pauses: beside the sum, just left out
+    assert "device wait" not in shown and every["device wait"] == "0.000"  # 0.2 ms: folded
+    assert shown["sum over shards"] == every["sum over shards"]  # the folded row keeps the sum
+    assert shown["inputs"] == every["inputs"] == "1.000"
+
+
+@pytest.mark.parametrize("per_task, why", [
+    (1, "no steady cells: every (case, phase, mode) ran once per task (repeats_per_task: 1)"),
+    (2, "no steady cells: no cell ran again in its task (its repeats were skipped, errored or isolated)"),
+])
+def test_timings_say_why_there_is_no_steady_state_line(store, per_task, why):
+    _timed_run(store, repeats=2, repeats_per_task=per_task)
+    out = _timings(store)
+    assert "steady state" not in out and why in out.splitlines()

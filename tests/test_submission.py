@@ -54,7 +54,7 @@ def _every_option(tmp_path) -> list:
             "--task-timeout", "1234567.5", "--working-dir", str(ROOT), "--runs-root", "/shared/runs",
             "--run-id", "nightly", "--set", "repeats=2", "--set", "modes=[eager]", "--baseline",
             "--require-baseline", "--strict", "--expect", "batch=bitwise", "--expect", "gpu=ignore",
-            "--details", "5", "--junit", str(tmp_path / "out.xml"), "--no-jit-cache"]
+            "--details", "5", "--junit", str(tmp_path / "out.xml"), "--no-jit-cache", "--verbose"]
 
 
 def test_every_option_survives_the_job_argv(parse, tmp_path):
@@ -121,3 +121,16 @@ def test_the_entrypoint_submitted_is_the_planned_argv(tmp_path, monkeypatch):
     user, job = captured
     assert job == submission.plan_job(user, "n1").request
     assert job == dataclasses.replace(user, address="auto", working_dir=None)
+
+
+@pytest.mark.parametrize("slots, devices, said", [
+    (1, ("cpu:x86_64",), "run r: 1 CPU slot, 2.0 s"),
+    (2, ("cpu:x86_64",), "run r: 2 CPU slots, 2.0 s"),
+    (1, ("NVIDIA H200",), "run r: 1 GPU, 2.0 s"),
+    (4, ("NVIDIA H100 80GB HBM3", "NVIDIA H200"), "run r: 4 GPUs, 2.0 s"),
+    (2, ("NVIDIA H200", "cpu:x86_64"), "run r: 2 slots, 2.0 s"),  # a task without CUDA beside a GPU one
+])
+def test_a_run_says_what_it_ran_on(slots, devices, said):
+    from detrun.present.lines import ran
+
+    assert ran(submission.Ran("r", False, slots, 1, [], 2.0, "/runs/r", devices)).startswith(said)

@@ -14,9 +14,16 @@ def submitted(plan, runs_root: str) -> List[str]:
             f"detrun logs {plan.run_id} --runs-root {runs_root}"]
 
 
+def slots(count: int, devices) -> str:
+    """A run's slots and what its tasks ran on (rows' gpu_name): "1 GPU", "2 CPU slots", "3 slots" (mixed)."""
+    kinds = {"CPU slot" if d.startswith("cpu") else "GPU" for d in devices}
+    kind = kinds.pop() if len(kinds) == 1 else "slot"
+    return f"{count} {kind}{'s' * (count != 1)}"
+
+
 def ran(done) -> str:
     """A run driven from here (run.submission.Ran)."""
-    verb = f"resumed: {done.shards_run} shard(s) run" if done.resumed else f"{done.slots} GPU(s)"
+    verb = f"resumed: {done.shards_run} shard(s) run" if done.resumed else slots(done.slots, done.devices)
     return f"run {done.run_id}: {verb}, {done.seconds:.1f} s, stored under {done.where}"
 
 
@@ -49,10 +56,15 @@ def shrunk(found, output) -> List[str]:
     p, spec, names = found.pair, found.spec, ", ".join
     state = "budget spent: smaller, not shown minimal" if found.exhausted else "minimal: no smaller batch differs"
     out = [f"{state} ({len(found.steps)} trials, {found.cells} cells): {p.request} differs between "
-           f"{p.small} ({names(spec.cases[p.small])}) and {p.large} ({names(spec.cases[p.large])}) ({p.where})"]
+           f"{found.small} ({names(spec.cases[found.small])}) and {found.large} ({names(spec.cases[found.large])}) "
+           f"({p.where}; as run: {p.small} vs {p.large})"]
     out += [f"  plan in {row['case']}: {plan_line(row)}" for row in found.rows]
-    return out + [f"  differs in: {'; '.join(found.explain())}",
-                  f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
+    out.append(f"  differs in: {'; '.join(found.explain())}")
+    others = [n for n in p.differing if n != p.target]
+    if others:
+        more = f", +{len(others) - 8} more" if len(others) > 8 else ""
+        out.append(f"  also differ across batches: {names(others[:8])}{more} (shrink one with --request NAME)")
+    return out + [f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
 
 
 def listed(run_id: str, manifest) -> str:

@@ -27,6 +27,7 @@ class SubmitRequest:
     claims: ClaimOptions = ClaimOptions()
     junit: Optional[str] = None
     jit_cache: bool = True
+    verbose: bool = False  # Ray's own notices and the tasks' output on stderr (run/raylog.py)
 
     def compare_request(self, run_id: str) -> CompareRequest:
         """The comparison that ends the run."""
@@ -35,11 +36,13 @@ class SubmitRequest:
 
 @dataclass(frozen=True)
 class ShrinkRequest:
-    """detrun shrink: RUN's first batch difference shrunk and written as a job spec to output."""
+    """detrun shrink: RUN's first batch difference (or request's) shrunk and written as a job spec to output."""
 
     run: str
     output: str = "found.yaml"
     budget_cells: int = 200
     runs_root: str = "runs"
-    inline: bool = False  # trials in this process, without Ray
-    address: Optional[str] = None  # the Ray the trials run on (default: a local one)
+    inline: bool = False  # trials in this process, without Ray (the default without address)
+    address: Optional[str] = None  # the Ray the trials run on (local: start one); None: in this process
+    request: Optional[str] = None  # the request to follow (default: the first that differs)
+    verbose: bool = False  # Ray's own notices on stderr (run/raylog.py)

@@ -7,7 +7,7 @@ import resource
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from ..store.requests import RunRequest
+from ..store.requests import TimingsRequest
 
 
 def host_peak_mb() -> float:
@@ -61,11 +61,27 @@ def run_lines(store, run_id: str) -> List[str]:
     return [line for line in lines if line]
 
 
-def timings_of(req: RunRequest) -> Tuple[Tuple[list, float, Optional[tuple]], List[str]]:
-    """detrun timings: the stage breakdown (stages.run_breakdown) and the peak-memory and
-    JIT-cache lines of req.run."""
-    from ..stages import run_breakdown
+def no_steady_cells(spec_data: dict, gpus: int) -> str:
+    """Why a run has no steady-state line: which of its cells would have been steady, and why none was."""
+    from ..spec.matrix import shards
+    from ..spec.model import spec_from_dict
+
+    spec = spec_from_dict(spec_data, "the run's manifest")
+    if max(len(shard.repeats) for shard in shards(spec, gpus)) == 1:
+        return (f"no steady cells: every (case, phase, mode) ran once per task "
+                f"(repeats_per_task: {spec.repeats_per_task or spec.repeats})")
+    return "no steady cells: no cell ran again in its task (its repeats were skipped, errored or isolated)"
+
+
+def timings_of(req: TimingsRequest) -> Tuple[Tuple[list, float, Optional[tuple]], List[str]]:
+    """detrun timings: the stage breakdown (stages.run_breakdown: the stages that took time unless
+    req.all_stages) and the lines below it: why there is no steady-state line (when there is none),
+    peak memory, the JIT cache's transfers."""
+    from ..stages import run_breakdown, took_time
     from ..store.runs import RunStore
 
     store = RunStore(req.runs_root)
-    return run_breakdown(store, req.run), run_lines(store, req.run)
+    rows, wall, steady = run_breakdown(store, req.run)
+    manifest = store.manifest(req.run)
+    why = [] if steady else [no_steady_cells(manifest["spec"], int(manifest["gpus"]))]
+    return (rows if req.all_stages else took_time(rows), wall, steady), why + run_lines(store, req.run)

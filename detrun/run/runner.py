@@ -21,9 +21,9 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption
-from ..spec.matrix import Shard, cells_for, check_size, shard_keys, shards
-from ..spec.model import JobSpec, spec_from_dict
+from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption, mark_incomplete
+from ..spec.matrix import Shard, cells_for, check_size, shards
+from ..spec.model import JobSpec
 from ..store import heartbeat
 from ..store.runs import RunStore, new_run_id
 from ..store.status import RunStatus, Status
@@ -39,7 +39,9 @@ from .isolation import (
     unfinished_rows,
 )
 from .jitcache import CONTEXT_KEY as JIT_CACHE
+from .raylog import ray_output
 from .resources import host_peak_mb
+from .resume import missing_shards
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
@@ -113,15 +115,18 @@ def _init(**kwargs) -> None:
 
 
 def connect(address: Optional[str] = None, gpus: Optional[int] = None,
-            accelerator_type: Optional[str] = None) -> int:
-    """Use a running Ray (tests, jobs, ray://, host:port) or start a local one; return the GPUs to use.
+            accelerator_type: Optional[str] = None, verbose: bool = False) -> int:
+    """Use a running Ray (tests, jobs, ray://, host:port, auto) or start a local one (no address, or
+    "local"); return the GPUs to use.
 
-    gpus None means every alive GPU (of accelerator_type, when given).
+    gpus None means every alive GPU (of accelerator_type, when given). Ray's own output (raylog.py) reaches
+    stderr only when verbose.
     """
+    log_to_driver = ray_output(verbose)
     if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        kwargs = dict(include_dashboard=False, log_to_driver=log_to_driver, configure_logging=False)
         try:
-            if address:
+            if address and address != "local":
                 _init(address=address, **kwargs)
             else:
                 declared = gpus if gpus is not None else max(1, local_gpu_count())
@@ -146,6 +151,7 @@ class SubmitResult:
     notes: List[str] = field(default_factory=list)
     failures: List[str] = field(default_factory=list)
     shards_run: int = 0
+    devices: set = field(default_factory=set)  # the rows' gpu_name (cpu:<machine> on a task without CUDA)
 
 
 @dataclass
@@ -177,25 +183,14 @@ def submit(
     return _ShardRun(spec, store, run_id, shards(spec, gpus), gpus, options).run()
 
 
-def missing_shards(store: RunStore, run_id: str) -> Tuple[JobSpec, List[Shard]]:
-    """The shards of a run whose part file is missing, unreadable or short of rows."""
-    manifest = store.manifest(run_id)
-    spec = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json")
-    todo = []
-    for shard in shards(spec, int(manifest["gpus"])):
-        stored = store.shard_keys(run_id, shard.shard_id)
-        if stored is None or not set(shard_keys(spec, shard)) <= stored:
-            todo.append(shard)
-    return spec, todo
-
-
 def resume(store: RunStore, run_id: str, available: int, options: Optional[RunOptions] = None,
-           manifest_extra: Optional[dict] = None) -> SubmitResult:
-    """Run only the shards a run lacks, on up to `available` GPUs (one bundle per missing slot)."""
-    spec, todo = missing_shards(store, run_id)
+           manifest_extra: Optional[dict] = None, todo: Optional[Tuple[JobSpec, List[Shard]]] = None) -> SubmitResult:
+    """Run only the shards a run lacks (todo: resume.missing_shards, when already found), on up to
+    `available` GPUs (one bundle per missing slot)."""
+    spec, shards_todo = todo or missing_shards(store, run_id)
     store.reopen_run(run_id, **(manifest_extra or {}))
-    bundles = min(available, len({s.slot for s in todo}))
-    return _ShardRun(spec, store, run_id, todo, bundles, options or RunOptions()).run()
+    bundles = min(available, len({s.slot for s in shards_todo}))
+    return _ShardRun(spec, store, run_id, shards_todo, bundles, options or RunOptions()).run()
 
 
 class _ShardRun:
@@ -248,6 +243,7 @@ class _ShardRun:
             for ref in self.pending:
                 ray.cancel(ref, force=True)
             self.result.failures.append(f"{interruption(exc)} with {len(self.pending)} task(s) running")
+            mark_incomplete(exc, self.run_id, self.store.root)  # the finally below marks it
             raise
         finally:
             remove_placement_group(pg)
@@ -322,6 +318,7 @@ class _ShardRun:
         start = time.perf_counter()
         self.store.write_blobs(blobs)
         self.store.write_rows(self.run_id, shard.shard_id, rows)
+        self.result.devices.update(r["gpu_name"] for r in rows if r.get("gpu_name"))
         timings.setdefault("driver", {})["write_s"] = time.perf_counter() - start
         self.store.write_timings(self.run_id, shard.shard_id, timings)
         self.books.pop(shard.shard_id, None)

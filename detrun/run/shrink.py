@@ -1,19 +1,20 @@
 """Shrink a batch-variance failure (detrun shrink): the smallest batch in which a request still differs.
 
 From a run's comparison with `batch: bitwise` the first request whose bits differ between two batch
-compositions is taken, with its first recorded pair of cases. The larger composition is then delta-debugged:
-its other requests dropped (in halves, then smaller pieces, down to one at a time), copies halved,
-prefixes dropped, unshared and halved, qo lengths halved; each candidate is a real detrun run of just
-the two cases (one mode, one phase, one repeat) on the run's backend and settings, and is kept when the request
-still differs. It ends when no reduction still differs (or the cell budget is spent), with a job spec that
-reproduces the pair.
+compositions (or the one --request names) is taken, with its first recorded pair of cases. The larger
+composition is then delta-debugged: its other requests dropped (in halves, then smaller pieces, down to one
+at a time), copies halved, prefixes dropped, unshared and halved, qo lengths halved; each candidate is a
+real detrun run of just the two cases (one mode, one phase, one repeat) on the run's backend and settings,
+and is kept when the request still differs. It ends when no reduction still differs (or the cell budget is
+spent), with a job spec that reproduces the pair, its two cases renamed for what they hold (target_alone,
+target_with_f2).
 """
 
 from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,6 +56,7 @@ class Pair:
     large: str
     mode: str
     phase: str = "prefill"
+    differing: Tuple[str, ...] = ()  # every request of the run that differs across batches (--request picks one)
 
     @property
     def target(self) -> str:
@@ -97,38 +99,74 @@ class Shrunk:
     cells: int = 0
     exhausted: bool = False  # the budget ran out before every reduction was tried
 
+    @property
+    def small(self) -> str:
+        """The smaller case's name in spec (named for what it holds)."""
+        return self.rows[0]["case"]
+
+    @property
+    def large(self) -> str:
+        return self.rows[1]["case"]
+
     def explain(self) -> List[str]:
         """The two rows' recorded plan differences (as compare explains a mismatch)."""
         return explain(*self.rows)
 
 
-def failing_pair(store: RunStore, run_id: str) -> Pair:
-    """The first request of RUN that differs across batch compositions (judged bitwise), and its first pair."""
+def failing_pair(store: RunStore, run_id: str, request: Optional[str] = None) -> Pair:
+    """The first request of RUN that differs across batch compositions (judged bitwise), or `request`
+    (--request), and its first pair."""
     cmp = compare_runs(store, [run_id], expect={"batch": "bitwise"})
-    found = next((f for f in cmp.verdict.findings if f.axis == "batch" and f.severity == FAIL
-                  and f.kind in ("differs", "explained")), None)
-    if found is None:
+    found = [f for f in cmp.verdict.findings if f.axis == "batch" and f.severity == FAIL
+             and f.kind in ("differs", "explained")]
+    if not found:
         raise DetrunError(f"nothing to shrink: no request of run {run_id} differs across batch compositions "
                           f"(compared bitwise: {cmp.verdict.label.lower()})")
-    base = base_request(found.request)
+    spec = spec_from_dict(store.manifest(run_id)["spec"], f"{run_id}/manifest.json")
+    differing = tuple(dict.fromkeys(base_request(f.request) for f in found))  # copies folded, in order
+    if request is not None and request not in spec.requests:
+        raise DetrunError(f"--request {request}: run {run_id} has no request {request!r} "
+                          f"(its requests: {_names(spec.requests, 12)})")
+    if request is not None and request not in differing:
+        raise DetrunError(f"--request {request}: {request} does not differ across batch compositions in run "
+                          f"{run_id}; these do: {_names(differing, 12)}")
+    base = request or differing[0]
     m = next(m for m in cmp.mismatches if m.axis == "batch" and base_request(m.request) == base)
     keys = [m.a.partition(":")[2], m.b.partition(":")[2]]
     table = store.read_rows([run_id])
     rows = {r["key"]: r for r in table.filter(pc.is_in(table["key"], value_set=pa.array(keys))).to_pylist()}
     a, b = rows[keys[0]], rows[keys[1]]
-    spec = spec_from_dict(store.manifest(run_id)["spec"], f"{run_id}/manifest.json")
     small, large = sorted((a["case"], b["case"]), key=lambda c: (len(spec.members(c)), spec.case_tokens(c)))
-    return Pair(run_id, m.request, small, large, a["mode"], a["phase"])
+    return Pair(run_id, m.request, small, large, a["mode"], a["phase"], differing)
+
+
+def case_name(members: Sequence[str], target: str) -> str:
+    """A case named for what it holds: target_alone, target_with_a_b, target_with_a_and_3_more."""
+    others = [n for n in members if n != target]
+    if not others:
+        return f"{target}_alone"
+    shown = others if len(others) <= 2 else [others[0], f"and_{len(others) - 1}_more"]
+    return f"{target}_with_{'_'.join(shown)}"
+
+
+def case_names(pair: Pair, state: "_State") -> Tuple[str, str]:
+    """The names the shrunk pair's cases get: named for what they hold (distinct when they hold the same
+    requests in another order)."""
+    small, large = case_name(state.small, pair.target), case_name(state.large, pair.target)
+    return small, large if large != small else f"{large}_reordered"
 
 
 def _spec(base: dict, pair: Pair, state: _State, trial: bool) -> JobSpec:
-    """A job of just the pair of cases, one mode, one phase and one repeat, on the run's backend and settings."""
-    cases = {pair.small: list(state.small), pair.large: list(state.large)}
+    """A job of just the pair of cases, one mode, one phase and one repeat, on the run's backend and settings.
+    A trial keeps the cases' names as they ran; the job written names them for what they hold."""
+    small, large = (pair.small, pair.large) if trial else case_names(pair, state)
+    cases = {small: list(state.small), large: list(state.large)}
     used = set(state.small) | set(state.large)
     used |= {state.requests[n]["prefix"] for n in used if state.requests[n].get("prefix")}
     data = {k: v for k, v in base.items() if k not in ("sweep", "swept")}
     reference = dict(base.get("reference") or {})
-    reference["faults"] = {c: f for c, f in (reference.get("faults") or {}).items() if c in cases}
+    renamed = {pair.small: small, pair.large: large}
+    reference["faults"] = {renamed[c]: f for c, f in (reference.get("faults") or {}).items() if c in renamed}
     data.update(name=f"{base['name']}-found", modes=[pair.mode], phases=[pair.phase], repeats=1, repeats_per_task=None,
                 requests={n: state.requests[n] for n in state.requests if n in used}, cases=cases,
                 expect={**(base.get("expect") or {}), "batch": "bitwise"}, reference=reference)
@@ -137,9 +175,9 @@ def _spec(base: dict, pair: Pair, state: _State, trial: bool) -> JobSpec:
     return spec_from_dict(data, "shrink candidate")
 
 
-def _names(names) -> str:
+def _names(names, shown: int = 4) -> str:
     names = list(names)
-    return ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
+    return ", ".join(names[:shown]) + (f", +{len(names) - shown} more" if len(names) > shown else "")
 
 
 def _drops(state: _State, target: str) -> Iterator[Tuple[str, _State]]:
@@ -229,17 +267,20 @@ class _Trials:
         return _outcome(self.store.read_rows([run_id]).to_pylist(), self.pair, failures)
 
 
-def _size(spec: JobSpec, case: str) -> str:
+def _size(spec: JobSpec, case: str, name: str) -> str:
+    """The larger case of a trial, under the name it would have in the job written."""
     n = len(spec.members(case))
-    return f"{case}: {n} request{'s' * (n > 1)}, {spec.case_tokens(case)} tokens"
+    return f"{name}: {n} request{'s' * (n > 1)}, {spec.case_tokens(case)} tokens"
 
 
 def shrink(store: RunStore, run_id: str, trial: Trial = ray_trial, budget: int = 200,
-           on_step: Optional[Callable[[Step], None]] = None) -> Shrunk:
-    """Delta-debug the larger composition of RUN's first batch difference; see the module docstring."""
+           on_step: Optional[Callable[[Step], None]] = None, request: Optional[str] = None,
+           pair: Optional[Pair] = None) -> Shrunk:
+    """Delta-debug the larger composition of RUN's first batch difference (of `request`, when named; pair:
+    failing_pair's answer, when already asked); see the module docstring."""
     if budget < 2:
         raise DetrunError(f"--budget-cells {budget}: a trial runs 2 cells (the pair), so at least 2")
-    pair = failing_pair(store, run_id)
+    pair = pair or failing_pair(store, run_id, request)
     base = store.manifest(run_id)["spec"]
     spec = spec_from_dict(base, f"{run_id}/manifest.json")
     requests = {n: r.model_dump(exclude_defaults=True) for n, r in spec.requests.items()}
@@ -248,15 +289,16 @@ def shrink(store: RunStore, run_id: str, trial: Trial = ray_trial, budget: int =
     with tempfile.TemporaryDirectory(prefix="detrun-shrink-") as root:
         trials = _Trials(pair, trial, budget, root)
 
-        def attempt(what: str, job: JobSpec) -> Optional[Tuple[dict, dict]]:
+        def attempt(what: str, candidate: _State) -> Optional[Tuple[dict, dict]]:
+            job = _spec(base, pair, candidate, trial=True)
             outcome, rows = trials(job)
-            steps.append(Step(len(steps) + 1, what, outcome, _size(job, pair.large), trials.cells))
+            name = case_names(pair, candidate)[1]
+            steps.append(Step(len(steps) + 1, what, outcome, _size(job, pair.large, name), trials.cells))
             if on_step:
                 on_step(steps[-1])
             return rows
 
-        rows = attempt(f"the pair as it ran: {pair.request} in {pair.small} vs {pair.large} ({pair.where})",
-                       _spec(base, pair, state, trial=True))
+        rows = attempt(f"the pair as it ran: {pair.request} in {pair.small} vs {pair.large} ({pair.where})", state)
         if rows is None:
             raise DetrunError(f"cannot shrink: {pair.request} did not differ between {pair.small} and {pair.large} "
                               f"when run again ({pair.where}, one repeat: {steps[0].outcome})")
@@ -272,19 +314,22 @@ def shrink(store: RunStore, run_id: str, trial: Trial = ray_trial, budget: int =
                 if not trials.fits(job):
                     exhausted = True
                     break
-                found = attempt(what, job)
+                found = attempt(what, candidate)
                 if found:
                     state, rows = candidate, found
                     break
             else:
                 break  # no cut still differs: minimal
+    names = dict(zip((pair.small, pair.large), case_names(pair, state)))
+    rows = (dict(rows[0], case=names[rows[0]["case"]]), dict(rows[1], case=names[rows[1]["case"]]))
     return Shrunk(pair, _spec(base, pair, state, trial=False), rows, steps, trials.cells, exhausted)
 
 
 def job_text(shrunk: Shrunk) -> str:
     """The minimal pair as a job file (non-default fields), with a header saying where it came from."""
     p = shrunk.pair
-    header = [f"# detrun shrink {p.run_id}: {p.request} differs between {p.small} and {p.large} ({p.where});",
+    header = [f"# detrun shrink {p.run_id}: {p.request} differs between {p.small} and {p.large} ({p.where}),",
+              f"# here {shrunk.small} and {shrunk.large};",
               f"# {'; '.join(shrunk.explain())}.",
               "# `detrun submit` this file: batch is claimed bitwise, so it fails (exit 1) while the difference stays."]
     body = yaml.safe_dump(shrunk.spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
@@ -292,18 +337,21 @@ def job_text(shrunk: Shrunk) -> str:
 
 
 def shrink_run(req: ShrinkRequest, on_step: Optional[Callable[[Step], None]] = None) -> Shrunk:
-    """detrun shrink: shrink req.run's first batch difference (trials in this process or on Ray) and write
-    the minimal pair as a job spec to req.output."""
+    """detrun shrink: shrink req.run's first batch difference (or req.request's) and write the minimal pair
+    as a job spec to req.output. The trials run in this process, or on Ray with req.address; every check
+    is made before Ray starts."""
     from ..paths import write_output
 
+    if req.inline and req.address:
+        raise DetrunError(f"--inline runs the trials in this process, --address {req.address} on Ray: pass one")
     store = RunStore(req.runs_root)
-    store.manifest(req.run)  # a missing run is exit 2 before Ray starts
+    pair = failing_pair(store, req.run, req.request)  # a missing run, nothing to shrink: exit 2 before Ray
     trial = inline_trial
-    if not req.inline:
+    if req.address:
         from . import runner
 
-        runner.connect(req.address, 1)
+        runner.connect(req.address, 1, verbose=req.verbose)
         trial = ray_trial
-    found = shrink(store, req.run, trial, req.budget_cells, on_step)
+    found = shrink(store, req.run, trial, req.budget_cells, on_step, pair=pair)
     write_output(req.output, job_text(found), "-o/--output")
     return found

@@ -72,6 +72,7 @@ class Ran:
     failures: List[str]
     seconds: float
     where: str  # where the run is stored
+    devices: Tuple[str, ...] = ()  # what the tasks ran on (rows' gpu_name: cpu:<machine> or the GPU's name)
 
 
 def parse_gpus(value: str) -> Optional[int]:
@@ -107,7 +108,7 @@ def job_argv(req: SubmitRequest) -> List[str]:
         args += ["--task-timeout", _float_arg(req.task_timeout)]
     args += [a for item in req.overrides for a in ("--set", item)]
     args += claim_flags(req.claims) + (["--junit", req.junit] if req.junit else [])
-    return args + ([] if req.jit_cache else ["--no-jit-cache"])
+    return args + ([] if req.jit_cache else ["--no-jit-cache"]) + (["--verbose"] if req.verbose else [])
 
 
 def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> JobPlan:
@@ -132,9 +133,14 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
     from ..spec.matrix import check_size
     from ..spec.model import load_spec
     from .jobs import is_jobs_address
+    from .resume import resume_plan
 
-    if (req.spec_path is None) == (req.resume is None):
-        raise DetrunError("pass a job spec, or --resume RUN (not both)")
+    if req.spec_path is None and req.resume is None:
+        raise DetrunError("no job spec given: pass one (e.g. detrun submit jobs/paged.yaml) or --resume RUN")
+    if req.spec_path is not None and req.resume is not None:
+        raise DetrunError(f"a job spec ({req.spec_path}) and --resume {req.resume} given: pass one of them")
+    if req.working_dir is not None and not is_jobs_address(req.address):
+        raise DetrunError("--working-dir is uploaded to a Ray job: it needs an http:// --address")
     for value, option in ((req.run_id, "--run-id"), (req.resume, "--resume")):
         if value is not None:
             check_run_id(value, option)
@@ -145,10 +151,13 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")  # all before Ray starts
     run_id = req.resume or req.run_id or new_run_id(cast("JobSpec", spec).name)  # no --resume: a spec
+    todo = resume_plan(store, req.resume) if req.resume else None  # a run with nothing missing: exit 2
+    if req.run_id is not None:
+        store.check_new_run(req.run_id, "--run-id")
     req.claims.checks()  # a bad --expect fails here too, before Ray starts
     if is_jobs_address(req.address):
         return send(plan_job(req, run_id), store)
-    return _run_here(req, store, spec, run_id, slots, progress)
+    return _run_here(req, store, spec, run_id, slots, progress, todo)
 
 
 def send(plan: JobPlan, store: RunStore) -> Submitted:
@@ -161,7 +170,7 @@ def send(plan: JobPlan, store: RunStore) -> Submitted:
 
 
 def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Optional[int],
-              progress: Progress) -> Ran:
+              progress: Progress, todo: Optional[Tuple["JobSpec", list]] = None) -> Ran:
     from . import runner
     from .jitcache import cache_root
     from .jobs import ADDRESS_ENV, SUBMISSION_ENV
@@ -172,17 +181,21 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
     accelerator_type = req.accelerator_type
     if req.resume:
         accelerator_type = accelerator_type or store.manifest(req.resume).get("accelerator_type")
-    slots = runner.connect(req.address, gpus, accelerator_type)
-    with progress(f"{run_id} on {slots} GPU(s)") as on_progress:
+    if todo is not None and not todo[1]:  # every shard stored, the manifest never finished: no task to run
+        store.reopen_run(run_id, **extra)
+        store.finish_run(run_id, Stored.COMPLETE, failures=[])
+        return Ran(run_id, True, 0, 0, [], time.perf_counter() - started, store.where(run_id))
+    slots = runner.connect(req.address, gpus, accelerator_type, req.verbose)
+    with progress(f"{run_id} on {slots} slot{'s' * (slots > 1)}") as on_progress:
         options = runner.RunOptions(accelerator_type, req.task_timeout, on_progress,
                                     cache_root(store) if req.jit_cache else None)
         if req.resume:
-            result = runner.resume(store, req.resume, slots, options, extra)
+            result = runner.resume(store, req.resume, slots, options, extra, todo)
         else:
             result = runner.submit(spec, store, slots, req.spec_path or "", run_id, options=options,
                                    manifest_extra=extra)
     return Ran(result.run_id, bool(req.resume), slots, result.shards_run, list(result.failures),
-               time.perf_counter() - started, store.where(result.run_id))
+               time.perf_counter() - started, store.where(result.run_id), tuple(sorted(result.devices)))
 
 
 def recorded_job(store: RunStore, run: str, address: Optional[str] = None) -> Optional[Tuple[str, str]]:
@@ -224,7 +237,7 @@ def run_status(req: RunRequest) -> RunStatus:
             raise DetrunError(f"no run {req.run!r} under {req.runs_root}")
         return RunStatus(req.run, req.runs_root, job=job)
     from ..store.heartbeat import run_state
-    from .runner import missing_shards
+    from .resume import missing_shards
 
     m = store.manifest(req.run)
     _, missing = missing_shards(store, req.run)

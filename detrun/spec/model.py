@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Union
+from typing import Callable, Dict, List, Literal, Optional, Sequence, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, DIGEST_STREAM, FORBIDDEN_FLAGS, digest_depth, digest_stream, parse_bool
 from ..errors import DetrunError
+from .messages import blamed_override, error_text, kind_of
 from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, TENSOR_CORE_FLAG, apply_profile, reads_use_paged
 from .sweep import Generator, expand
 
@@ -292,21 +294,18 @@ class JobSpec(_Model):
         return {k: parse_bool(k, str(v)) for k, v in self.env.items() if k in BOOL_FLAGS}
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
-
-
-def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
-    """Validate a parsed job file; raise DetrunError naming the source and field."""
+def spec_from_dict(data: object, source: str = "<spec>", overrides: Sequence[str] = ()) -> JobSpec:
+    """Validate a parsed job file; raise DetrunError naming the source and field (or the --set among
+    overrides that made the bad value, messages.py)."""
     if not isinstance(data, dict):
-        raise DetrunError(f"{source}: a job spec must be a mapping, got {type(data).__name__}")
+        raise DetrunError(f"{source}: a job spec must be a mapping of fields, got {kind_of(data)}")
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        raise DetrunError(f"{source}: {_first_error(exc)}") from None
+        err = exc.errors()[0]
+        text = error_text(err, JobSpec)
+        item = blamed_override(tuple(str(p) for p in err["loc"]), text, overrides)
+        raise DetrunError(f"--set {item}: {text}" if item else f"{source}: {text}") from None
 
 
 def as_validated(data: dict) -> dict:
@@ -326,10 +325,11 @@ def apply_overrides(data: dict, overrides: List[str], source: str) -> dict:
             raise DetrunError(f"--set {item!r}: expected KEY=VALUE (e.g. flashinfer.backend=fa3)")
         node = data
         *parents, leaf = key.split(".")
-        for part in parents:
+        for i, part in enumerate(parents):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise DetrunError(f"{source}: --set {key}: {part} is not a mapping")
+                raise DetrunError(f"--set {item}: {'.'.join(parents[:i + 1])} is {kind_of(node)} in {source}, "
+                                  "not a mapping")
         try:
             node[leaf] = yaml.safe_load(raw)
         except yaml.YAMLError:
@@ -354,8 +354,34 @@ def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> 
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise DetrunError(f"{path}: not valid YAML{where}") from None
-    if overrides and isinstance(data, dict):
-        data = apply_overrides(data, overrides, str(path))
-    spec = spec_from_dict(data, str(path))
-    check_size(spec, 1, str(path))
-    return spec
+    if data is None:
+        raise DetrunError(f"{path}: the file is empty (a job spec is a mapping: name, heads, requests, cases, ...)")
+
+    def checked(doc: object, sets: Sequence[str] = ()) -> JobSpec:
+        spec = spec_from_dict(doc, str(path), sets)
+        check_size(spec, 1, str(path))
+        return spec
+
+    if not overrides or not isinstance(data, dict):
+        return checked(data)
+    original = copy.deepcopy(data)
+    try:
+        return checked(apply_overrides(data, overrides, str(path)), overrides)
+    except DetrunError as exc:
+        if not str(exc).startswith(f"{path}: "):
+            raise  # blamed on a --set already
+        # The error is not where a --set wrote: blame the first --set after which the spec no longer holds.
+        for n in range(len(overrides) + 1):
+            if not _valid(checked, apply_overrides(copy.deepcopy(original), overrides[:n], str(path))):
+                break
+        if n == 0:
+            raise  # the file itself is wrong
+        raise DetrunError(f"--set {overrides[n - 1]}: {str(exc).removeprefix(f'{path}: ')}") from None
+
+
+def _valid(check: Callable[[object], object], doc: object) -> bool:
+    try:
+        check(doc)
+    except DetrunError:
+        return False
+    return True

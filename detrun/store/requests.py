@@ -21,3 +21,12 @@ class RunRequest:
     run: str
     runs_root: str = "runs"
     address: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class TimingsRequest:
+    """detrun timings: where a run's seconds went; every stage, or (the default) those that took time."""
+
+    run: str
+    runs_root: str = "runs"
+    all_stages: bool = False

@@ -317,10 +317,18 @@ class RunStore:
         self.write_manifest(manifest)
         return manifest
 
+    def check_new_run(self, run_id: str, option: str = "run id") -> None:
+        """A DetrunError naming option when run_id is taken under this root (create_run claims it for good)."""
+        if self._exists(self._p(run_id)):
+            raise DetrunError(f"{option} {run_id}: {self._taken(run_id)}")
+
+    def _taken(self, run_id: str) -> str:
+        return f"run {run_id} already exists under {self.root}"
+
     def _claim(self, run_id: str) -> None:
         """Make the run's directory: atomic on a local root (os.mkdir); on a URI root (no directories
         to make atomically) it is check-then-write, so two creates of one id may both pass."""
-        path, taken = self._p(run_id), DetrunError(f"run {run_id} already exists under {self.root}")
+        path, taken = self._p(run_id), DetrunError(self._taken(run_id))
         if not self.local:
             if self._exists(path):
                 raise taken
