@@ -67,7 +67,7 @@ def test_submit_refuses_a_misread_flag_with_exit_2_before_anything_runs(tmp_path
     code, out, err = cli_main(capsys, "submit", "jobs/sglang-0523-paged.yaml", "--set", f"env.{FLAG}=maybe",
                               "--runs-root", str(runs))
     assert code == 2 and f"{FLAG}='maybe' is not a boolean: SGLang would warn and read it as false" in one_line(err)
-    assert "jobs/sglang-0523-paged.yaml" in err and not runs.exists()
+    assert f"--set env.{FLAG}=maybe:" in err and not runs.exists()  # the option that set it is blamed
 
 
 # -- the rule: which wrapper a prefill runs on, per (version, mode, flag, deterministic)
