@@ -24,16 +24,14 @@ if [[ ! -d $SITE/flashinfer ]]; then
 fi
 export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH} PATH=$SITE/bin:$PATH
 # DETRUN_SGLANG=1: SGLang's own backend (scripts/pack-sglang.sh filled .whl-sglang): its pure-Python tree and the
-# wheels the image lacks into $SITE, and detrun's sgl_kernel import stub on the path (no sglang-kernel here).
+# wheels the image lacks into $SITE. sgl_kernel is not there: the backend stands detrun's import stub in for it
+# (kernels/backends/sglang_stubs.py), and each row's wiring names the stubs a task imported.
 if [[ -n ${DETRUN_SGLANG:-} ]]; then
-  DETRUN_SGLANG_STUBS=${DETRUN_SGLANG_STUBS:-tests/sglang_stubs}
   if [[ ! -d $SITE/sglang ]]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl-sglang/*.whl
     tar -C "$SITE" -xJf .whl-sglang/sglang-tree.tar.xz
   fi
-  export PYTHONPATH=$PYTHONPATH:$PWD/$DETRUN_SGLANG_STUBS
-  echo "== SGLang $(python3 -c 'from importlib.metadata import version; print(version("sglang"))') from .whl-sglang;" \
-       "sgl_kernel is detrun's import stub ($DETRUN_SGLANG_STUBS)"
+  echo "== SGLang $(python3 -c 'from importlib.metadata import version; print(version("sglang"))') from .whl-sglang"
 fi
 export FLASHINFER_CUDA_ARCH_LIST="9.0" MAX_JOBS=16 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws
 export RAY_AUTH_MODE=disabled PYTHONUNBUFFERED=1 COLUMNS=140

@@ -15,8 +15,8 @@ export DETRUN_SGLANG=1 DETRUN_WHL=${DETRUN_WHL:-.whl-next} DETRUN_GPU_BUDGET_S=$
 source scripts/device_setup.sh
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
 python3 -c "import flashinfer, torch; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__)"
-s=$(date +%s); python3 -c "import sglang.srt.layers.attention.flashinfer_backend as fb, sys; \
-print('sglang import ok; sgl_kernel from', getattr(sys.modules.get('sgl_kernel'), '__file__', 'not imported'))"
+s=$(date +%s); python3 -c "from detrun.kernels.backends import sglang_stubs as st; st.install(); \
+import sglang.srt.layers.attention.flashinfer_backend; print('sglang import ok; stubs imported:', st.used())"
 echo "== import SGLang's flashinfer_backend: $(( $(date +%s) - s )) s"
 python3 scripts/lse_probe.py || echo "== LSE probe FAILED"
 python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
