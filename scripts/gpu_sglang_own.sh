@@ -11,7 +11,7 @@
 #   (device) bash scripts/gpu_sglang_own.sh        carry .whl-next and .whl-sglang
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export DETRUN_SGLANG=1 DETRUN_WHL=${DETRUN_WHL:-.whl-next} DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-540}
+export DETRUN_SGLANG=1 DETRUN_WHL=${DETRUN_WHL:-.whl-next} DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-470}
 source scripts/device_setup.sh
 nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader
 python3 -c "import flashinfer, torch; print('flashinfer', flashinfer.__version__, 'torch', torch.__version__)"
@@ -22,12 +22,16 @@ python3 scripts/lse_probe.py || echo "== LSE probe FAILED"
 python3 scripts/jit_warmup.py || echo "== JIT warm-up FAILED"
 echo "== JIT done at $(elapsed) s"
 start_ray
-for flag in 0 1; do
-  for det in false true; do
-    id=f${flag}-d${det:0:1}
-    set_args=(--set "env.SGLANG_FLASHINFER_USE_PAGED=$flag" --set "sglang.deterministic_inference=$det")
-    submit "own-$id" jobs/sglang-own.yaml "${set_args[@]}" --set "name=sglang-own-$id"
-    submit "model-$id" jobs/sglang-own.yaml "${set_args[@]}" --set "name=sglang-own-$id" --set backend=flashinfer
+# SGLang's own runs first (the grid), then the model's (each run's flag and switch as the own run's)
+for who in own model; do
+  for flag in 0 1; do
+    for det in false true; do
+      id=f${flag}-d${det:0:1}
+      args=(--set "env.SGLANG_FLASHINFER_USE_PAGED=$flag" --set "sglang.deterministic_inference=$det"
+            --set "name=sglang-own-$id")
+      [[ $who == model ]] && args+=(--set backend=flashinfer)
+      submit "$who-$id" jobs/sglang-own.yaml "${args[@]}"
+    done
   done
 done
 for id in f0-df f0-dt f1-df f1-dt; do
