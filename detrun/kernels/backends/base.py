@@ -31,6 +31,10 @@ class BackendUnavailable(Exception):
     """The backend asked for cannot run in this task (one line that says why; its cells become error rows)."""
 
 
+class SGLangVersionMismatch(BackendUnavailable):
+    """The installed SGLang is not the version the job names (an environment error)."""
+
+
 class KnownBug(Exception):
     """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
 
@@ -45,6 +49,9 @@ class Output:
     kernels: List[str] = field(default_factory=list)
     plan_ms: float = 0.0
     timer: Optional["KernelTime"] = None  # the run's kernel time: run_ms waits for it
+    # What SGLang did for this row (backend sglang only; judge/wiring.py checks it): forward_mode, graph,
+    # use_ragged, extend_no_prefix, and the wrapper labels planned for this batch, run, and run stale.
+    wiring: Optional[Dict[str, object]] = None
 
     @property
     def run_ms(self) -> float:
@@ -117,6 +124,11 @@ class AttentionBackend(abc.ABC):
         lse [bs, Hq], in request order; path PATH_DECODE. Raise Unsupported or KnownBug to say why not."""
         raise Unsupported(f"{self.name}: no decode")
 
+    def forward_dllm(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        """SGLang's DLLM_EXTEND: each request's last block of tokens over the rest as prefix. Raise Unsupported
+        or KnownBug to say why not."""
+        raise Unsupported(f"{self.name}: no dllm extend")
+
 
 def timed(fn: Callable[[], object], device: torch.device, sync: bool = True) -> Tuple[object, float]:
     """Run fn, return (result, wall milliseconds); with sync, the device is synchronised around it
@@ -181,8 +193,9 @@ class Captured:
 
 
 def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,
-            plan: Optional[dict] = None) -> Captured:
-    """Warm fn up on a side stream, then capture it in a CUDA graph."""
+            plan: Optional[dict] = None, after_warmup: Optional[Callable[[], None]] = None) -> Captured:
+    """Warm fn up on a side stream, then capture it in a CUDA graph (after_warmup runs between the two, as
+    SGLang's runners call on_after_cuda_graph_warmup)."""
     if device.type != "cuda":
         raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
     stages = stages if stages is not None else Stages()
@@ -193,6 +206,8 @@ def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, st
             fn()
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
+    if after_warmup is not None:
+        after_warmup()
     with stages("graph capture"):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
