@@ -8,9 +8,9 @@ use_ragged, extend_no_prefix and the wrapper labels planned, ran and stale.
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import List, Optional
 
-from ..kernels.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
+from ..kernels.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, family, path_of
 from .audit import audit_kernels
 
 EXTEND, DECODE, DLLM_EXTEND = "EXTEND", "DECODE", "DLLM_EXTEND"
@@ -33,30 +33,6 @@ def sglang_rule(version: str, forward_mode: str, mode: str, use_paged: bool, det
     if forward_mode == EXTEND:
         return False  # the full prefill graph: FB:820-834 (use_ragged=False), FB:1342-1348 (capture)
     raise ValueError(f"forward mode {forward_mode!r}: no rule (EXTEND, DECODE, DLLM_EXTEND)")
-
-
-def family(label: str) -> str:
-    """ragged, paged or decode: which FlashInfer wrapper class a label names."""
-    name = label.rpartition(".")[2] if label.startswith("graph.") else label
-    if name.startswith("prefill_ragged"):
-        return "ragged"
-    if name.startswith("decode"):
-        return "decode"
-    return "paged"
-
-
-def path_of(ran: Iterable[str]) -> str:
-    """The path the run wrappers make: ragged and paged together are ragged + paged prefix (merged)."""
-    kinds = {family(label) for label in ran}
-    if kinds == {"decode"}:
-        return PATH_DECODE
-    if kinds == {"ragged", "paged"}:
-        return PATH_RAGGED_PREFIX
-    if kinds == {"ragged"}:
-        return PATH_RAGGED
-    if kinds == {"paged"}:
-        return PATH_PAGED
-    return "+".join(sorted(kinds)) or "none"
 
 
 _EXPECTED = {PATH_PAGED: {"paged"}, PATH_RAGGED: {"ragged"}, PATH_RAGGED_PREFIX: {"ragged", "paged"},

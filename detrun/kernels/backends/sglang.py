@@ -23,10 +23,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from packaging.version import Version
 
-from ...judge.wiring import path_of
 from ...spec.model import JobSpec
 from ...stages import Stages
 from ..inputs import Batch
+from ..paths import path_of
 from . import sglang_stubs
 from .base import (
     AttentionBackend,
