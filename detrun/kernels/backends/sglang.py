@@ -42,7 +42,7 @@ from .base import (
 from .flashinfer import FlashInferBackend, decode_plan_of
 from .profiling import KernelProfiling
 from .sglang_batch import DECODE, DLLM_EXTEND, EXTEND, Runner, Step, most_requests, on_device, prepare_import, step_of
-from .sglang_record import Recorder, WrapperAPI, install
+from .sglang_record import Recorder, WrapperAPI, activate, install
 
 WORKSPACE_FLAG = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 _WORKSPACE_ENV: Dict[str, Optional[str]] = {}  # the flag as the task had it, before any backend set it
@@ -119,9 +119,9 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         from sglang.srt.dllm.config import DllmConfig
         from sglang.srt.layers.attention import flashinfer_backend as fb_module
 
-        self.rec = Recorder()
+        self.rec, self.fb_module = Recorder(), fb_module
         try:
-            install(fb_module, wrappers or WrapperAPI(), self.rec)
+            self._globals = install(fb_module, wrappers or WrapperAPI(), self.rec)
         except LookupError as exc:
             raise BackendUnavailable(f"backend sglang: {exc}") from None
         self.version = Version(str(getattr(_flashinfer(), "__version__", "0")))
@@ -165,6 +165,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
             raise Unsupported(str(exc)) from None
         rows = step.rows.to(batch.q.device)
         q, k, v = (t.index_select(0, rows) for t in (batch.q, batch.k, batch.v))
+        activate(self.fb_module, self._globals)  # another backend of this process may have run since
         with on_device(self.device):
             self.runner.load(batch, step)
             graph = self._graph_for(kind, step) if mode == "cudagraph" else None

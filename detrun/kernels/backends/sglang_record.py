@@ -125,8 +125,9 @@ def recording_function(fn: Callable, on_call: Callable[[tuple, Any], None]) -> C
 _ORIGINALS: Dict[str, Any] = {}  # SGLang's module globals before the first install (flashinfer's, when present)
 
 
-def install(fb_module: Any, api: WrapperAPI, rec: Recorder) -> None:
-    """Point SGLang's flashinfer_backend globals at recording versions of api's names (or flashinfer's).
+def install(fb_module: Any, api: WrapperAPI, rec: Recorder) -> Dict[str, Any]:
+    """Point SGLang's flashinfer_backend globals at recording versions of api's names (or flashinfer's);
+    returns them (activate() points the module at them again, for a backend built after another).
     Raises LookupError naming what is missing (no flashinfer and no fake given)."""
     for name in (PAGED, RAGGED, DECODE, FAST_DECODE_PLAN, MERGE):
         if name not in _ORIGINALS and hasattr(fb_module, name):
@@ -137,8 +138,7 @@ def install(fb_module: Any, api: WrapperAPI, rec: Recorder) -> None:
     missing = sorted(name for name, value in chosen.items() if value is None)
     if missing:
         raise LookupError(f"flashinfer is not importable and no stand-in was given for {', '.join(missing)}")
-    for name in (PAGED, RAGGED, DECODE):
-        setattr(fb_module, name, recording_class(chosen[name], rec))
+    names: Dict[str, Any] = {name: recording_class(chosen[name], rec) for name in (PAGED, RAGGED, DECODE)}
 
     fdp = chosen[FAST_DECODE_PLAN]
 
@@ -146,5 +146,13 @@ def install(fb_module: Any, api: WrapperAPI, rec: Recorder) -> None:
         rec.on_plan(self)
         return fdp(self, *args, **kwargs)
 
-    setattr(fb_module, FAST_DECODE_PLAN, fast_decode_plan)
-    setattr(fb_module, MERGE, recording_function(chosen[MERGE], lambda _args, res: rec.on_merge(*res)))
+    names[FAST_DECODE_PLAN] = fast_decode_plan
+    names[MERGE] = recording_function(chosen[MERGE], lambda _args, res: rec.on_merge(*res))
+    activate(fb_module, names)
+    return names
+
+
+def activate(fb_module: Any, names: Dict[str, Any]) -> None:
+    """SGLang's module globals are process-wide: the backend about to run points them at its own."""
+    for name, value in names.items():
+        setattr(fb_module, name, value)
