@@ -37,7 +37,7 @@ SPEC = dict(name="wiring", heads={"qo": 4, "kv": 2}, head_dim=16, page_size=4, d
             cases={"noprefix": ["a"], "prefix": ["b", "c"]},
             flashinfer={"decode": {"capture_batch_sizes": [1, 2, 4]}})
 
-R, P = "prefill_ragged", "prefill_paged[0]"  # the eager wrappers (FB:537-560)
+R, P = "prefill_ragged", "prefill_paged[0]"  # the eager wrappers (FB:523-556)
 FULL = "graph.full_prefill[0]"  # the plain-EXTEND full prefill graph's wrapper (FB:1249-1312, FB:1342-1348)
 G2 = "graph.prefill_paged[0]@bs2"  # the DLLM_EXTEND graph's wrapper at capture size 2 (FB:1331-1336)
 D, GD2 = "decode[0]", "graph.decode[0]@bs2"
@@ -102,7 +102,7 @@ def make(monkeypatch):
 @pytest.mark.parametrize("det", [False, True], ids=["default", "deterministic"])
 def test_the_grid_runs_what_sglang_code_says(make, flag, det):
     be = make(flag, det)
-    assert (be.use_paged, be.deterministic) == (flag, det)  # read by SGLang itself (FB:453, FB:435)
+    assert (be.use_paged, be.deterministic) == (flag, det)  # read by SGLang itself (FB:453, FB:436)
     spec = be.spec
     batches = {case: build_batch(spec, case) for case in spec.cases}
     for (cell, mode), table in EXPECTED.items():
@@ -127,7 +127,7 @@ def test_the_grid_runs_what_sglang_code_says(make, flag, det):
 
 def test_dllm_graph_with_the_flag_plans_the_paged_wrapper_over_the_whole_sequence(make):
     """The FINDING's second half: flag on, out_graph plans the graph's paged wrapper as if paged-only
-    (kv over prefix and new tokens, FB:2015-2017 via use_ragged=False), while the captured forward runs it
+    (kv over prefix and new tokens: use_ragged=False, FB:1963-1965), while the captured forward runs it
     as the non-causal prefix half of the merge (FB:1484-1503). Flag off, it is planned over the prefix only."""
     kv = {}
     for flag in (False, True):

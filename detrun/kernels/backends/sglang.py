@@ -63,7 +63,7 @@ def installed_version() -> str:
 def _fresh_process_state() -> None:
     """Let a backend be built again in this process: SGLang keeps its FlashInfer workspace process-wide
     (get_buffer("flashinfer_workspace"), FB:457, sized by the first backend) and __init__ rewrites
-    SGLANG_FLASHINFER_WORKSPACE_SIZE (FB:439, FB:451); both go back to the task's."""
+    SGLANG_FLASHINFER_WORKSPACE_SIZE (FB:431, FB:451); both go back to the task's."""
     from sglang.srt.runtime_context import get_context
 
     get_context().resources.buffers.pop("flashinfer_workspace", None)
@@ -136,7 +136,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
             self.sgl = fb_module.FlashInferAttnBackend(self.runner.mock)
         self.rec.backend = self.sgl
         # dLLM servers build it from their model's config (DllmConfig.from_server_args needs a checkpoint);
-        # FB reads only its block_size (FB:799).
+        # FB reads only its block_size (FB:800).
         self.sgl.dllm_config = DllmConfig(algorithm="detrun", algorithm_config={}, block_size=self.block,
                                           mask_id=0, max_running_requests=self.runner.rows)
         self.use_paged = bool(self.sgl.use_paged)  # what SGLang read (FB:453), not detrun's parse
