@@ -4,13 +4,13 @@ wrapper runs by passing return_lse=True where SGLang did not: that must leave th
     python3 scripts/lse_probe.py        # on the GPU machine; prints one line per wrapper, exits 1 on a difference
 """
 
+import argparse
 import sys
-
-import torch
 
 
 def main() -> int:
     import flashinfer
+    import torch
 
     dev = torch.device("cuda", 0)
     g = torch.Generator(device=dev).manual_seed(0)
@@ -41,4 +41,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     sys.exit(main())

@@ -13,9 +13,12 @@ JOB = dict(modes=["eager"], repeats=1)
 def _as(backend: str, path=None):
     def change(r):
         r["backend"] = backend
-        if backend == "sglang":
-            r["sglang"] = "0.5.23"
+        if backend == "sglang":  # SGLang's rows say what it ran (their wiring passes the audit unless moved)
+            r["sglang"], r["use_paged"] = "0.5.23", True
             r["plan"] = json.dumps(dict(json.loads(r["plan"] or "{}"), **{"sglang.use_ragged": False}))
+            r["wiring"] = json.dumps({"forward_mode": "EXTEND", "graph": None, "use_ragged": False,
+                                      "extend_no_prefix": False, "planned": ["prefill_paged[0]"],
+                                      "ran": ["prefill_paged[0]"], "stale": []})
         if path is not None and r["request"] == "target":
             r["path"] = path
     return change

@@ -22,16 +22,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..envflags import parse_bool
 from ..fingerprint import FINGERPRINT_FIELDS, field_differences
 from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
 from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
 from ..spec.model import folded_request, spec_from_dict
-from ..spec.sglang import profile_label
+from ..spec.sglang import USE_PAGED_FLAG, profile_label
 from ..store.runs import RunStore
 from ..store.status import RunStatus, Status
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
+from .wiring import wiring_problems
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
                         "run": "run_id"}
@@ -508,6 +510,42 @@ def _unknown_plans(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     result.plan_unknown += [(f"{r['run_id']}:{r['key']}", unknown_plan(r)) for _, r in sorted(rows.items())]
 
 
+def _flag(flags_json: str) -> bool:
+    """SGLANG_FLASHINFER_USE_PAGED as the task's environment had it (a row's flags), read as SGLang reads it."""
+    raw = json.loads(flags_json or "{}").get(USE_PAGED_FLAG)
+    try:
+        return raw is not None and parse_bool(USE_PAGED_FLAG, raw)
+    except ValueError:
+        return False  # SGLang warns and reads False (a spec refuses such a value before anything runs)
+
+
+def _wiring(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
+    """The wiring audit of backend sglang's ok rows (wiring.py) against the flag as the task had it and the job's
+    deterministic switch: each distinct (wiring, flag, what SGLang read, switch, mode, path, version) is checked
+    once; a problem is reported for every row that has it."""
+    code = cols.code_of("backend", SGLANG)
+    rows = ok[cols.codes("backend")[ok] == code] if code >= 0 else ok[:0]
+    verdicts: Dict[tuple, List[str]] = {}
+    for _, r in sorted(cols.rows_at(rows).items()):
+        det = bool(json.loads(r["knobs"] or "{}").get("deterministic"))
+        seen = (r["wiring"], _flag(r["flags"]), bool(r["use_paged"]), det, r["mode"], r["path"], r["sglang"])
+        if seen not in verdicts:
+            verdicts[seen] = _wiring_problems(*seen)
+        result.wiring += [f"{r['run_id']}:{r['key']}: {problem}" for problem in verdicts[seen]]
+
+
+def _wiring_problems(wiring_json: str, flag: bool, read: bool, det: bool, mode: str, path: str,
+                     version: str) -> List[str]:
+    if not wiring_json:
+        return ["no wiring recorded (what SGLang planned and ran)"]
+    problems = [] if read == flag else [
+        f"SGLang read {USE_PAGED_FLAG} as {read}, the task's environment had it {flag}"]
+    try:
+        return problems + wiring_problems(json.loads(wiring_json), flag, det, mode, path, [], version)
+    except ValueError as exc:  # a version whose rule detrun has not read
+        return problems + [f"not audited: {exc}"]
+
+
 def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
     rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
@@ -518,9 +556,8 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     names, attns = cols.dictionary("backend"), cols.dictionary("attn")
     pairs = np.unique(np.stack([backend, attn]), axis=1).T.tolist()
     result.backends = sorted({f"{names[b]} {attns[a]}".strip() for b, a in pairs})
-    if "flashinfer" not in names:
-        return
-    rows = ok[backend == names.index("flashinfer")]
+    fi = [names.index(b) for b in (MODEL, SGLANG) if b in names]  # the rows FlashInfer's kernels ran for
+    rows = ok[np.isin(backend, fi)]
     if not len(rows):
         return
     key = ("run_id", "path", "plan")
@@ -552,6 +589,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     _check_cells(cols, result)
     ok = _statuses(cols, result)
     _ran(cols, ok, result)
+    _wiring(cols, ok, result)
     _unknown_plans(cols, ok, result)
     take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
     part = {c: take(cols.codes(c)) for c in AXES.values()}

@@ -101,7 +101,8 @@ class SGLangProfile(_Model):
 
     version: str  # one of sglang.VERSIONS (apply_profile refuses another)
     deterministic_inference: bool = False
-    dllm_block_size: int = Field(default=32, ge=1)  # phase dllm (backend sglang): DLLM_EXTEND's block
+    # backend sglang's DLLM_EXTEND cells: each request's last block of this many tokens over the rest as prefix
+    dllm_block_size: int = Field(default=32, ge=1)
 
 
 class FlashInferOpts(_Model):

@@ -38,6 +38,10 @@ class EnvironmentMismatch(BackendUnavailable):
     with exit 2 instead of writing rows of the wrong version."""
 
 
+class SGLangVersionMismatch(EnvironmentMismatch):
+    """The installed SGLang is not the version the job names (an environment error: exit 2)."""
+
+
 class KnownBug(Exception):
     """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
 
@@ -52,7 +56,9 @@ class Output:
     kernels: List[str] = field(default_factory=list)
     plan_ms: float = 0.0
     timer: Optional["KernelTime"] = None  # the run's kernel time: run_ms waits for it
-    wiring: Optional[Dict[str, object]] = None  # backend sglang: what SGLang planned and ran (judge/wiring.py)
+    # What SGLang did for this row (backend sglang only; judge/wiring.py checks it): forward_mode, graph,
+    # use_ragged, extend_no_prefix, and the wrapper labels planned for this batch, run, and run stale.
+    wiring: Optional[Dict[str, object]] = None
 
     @property
     def run_ms(self) -> float:
@@ -205,8 +211,9 @@ class Captured:
 
 
 def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, stages: Optional[Stages] = None,
-            plan: Optional[dict] = None) -> Captured:
-    """Warm fn up on a side stream, then capture it in a CUDA graph."""
+            plan: Optional[dict] = None, after_warmup: Optional[Callable[[], None]] = None) -> Captured:
+    """Warm fn up on a side stream, then capture it in a CUDA graph (after_warmup runs between the two, as
+    SGLang's runners call on_after_cuda_graph_warmup)."""
     if device.type != "cuda":
         raise Unsupported(f"cudagraph mode needs a CUDA device (this task runs on {device.type})")
     stages = stages if stages is not None else Stages()
@@ -217,6 +224,8 @@ def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, st
             fn()
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
+    if after_warmup is not None:
+        after_warmup()
     with stages("graph capture"):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

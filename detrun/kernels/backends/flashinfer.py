@@ -14,11 +14,10 @@ request slots with total_num_rows fixed by its first capture, on a workspace of 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from functools import partial
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Optional, Set, Tuple
 
 import torch
 from packaging.version import Version
@@ -35,10 +34,10 @@ from .base import (
     KnownBug,
     Output,
     Unsupported,
-    capture_and_replay,
     timed,
 )
 from .plan_layouts import DECODE, FA2_PLAN_FIELDS, FA2_PLAN_KEEP, prefill_kind, read_plan  # noqa: F401 (re-exported)
+from .profiling import KernelProfiling
 from .staging import PlanStaging
 
 # PR #5176 (block_valid_mask for padded CUDA-graph launches) is not in 0.6.7.post3.
@@ -68,7 +67,7 @@ DECODE_BACKEND = "fa2"  # SGLang's decode_backend (flashinfer_backend.py:130 at 
 #       (under CUDA graph it copies nothing into the wrapper's buffers: the caller has written them)
 
 
-class FlashInferBackend(AttentionBackend):
+class FlashInferBackend(KernelProfiling, AttentionBackend):
     name = "flashinfer"
 
     def __init__(self, spec, device, stages=None):
@@ -325,34 +324,6 @@ class FlashInferBackend(AttentionBackend):
         kernels = self._kernels(run, graph) if profiled else []
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
                       plan_ms=plan_ms, timer=timer)
-
-    def _profiled(self, repeat: int, path: str, plan: Dict[str, object]) -> bool:
-        """Profile this cell? Only the first cell of each distinct (path, plan) in the task, within the first
-        profile_repeats repeats: the kernels are a function of the path and plan (compare audits per plan)."""
-        limit = self.opts.profile_repeats
-        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):
-            return False
-        key = (path, json.dumps(plan, sort_keys=True))  # the plan as the row records it
-        if key in self._profiled_plans:
-            return False
-        self._profiled_plans.add(key)
-        return True
-
-    def _kernels(self, run, graph: bool) -> List[str]:
-        """CUDA kernel names of one more run (eager) or capture+replay (graph) of a cell _profiled picked."""
-        from torch.profiler import ProfilerActivity, profile
-
-        with self.stages("profile"):  # the profiler's start, one more run, trace parsing
-            # Earlier cells' digests (on their own stream) must not run inside the profiled window.
-            torch.cuda.synchronize(self.device)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                if graph:
-                    capture_and_replay(run, self.device)
-                else:
-                    run()
-                torch.cuda.synchronize(self.device)
-            names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
-        return sorted(n[:300] for n in names)
 
     # -- decode (SGLang 0.5.10's FlashInferAttnBackend.forward_decode and its CUDA graph runner)
     def forward_decode(self, batch: Batch, mode: str, repeat: int = 0) -> Output:

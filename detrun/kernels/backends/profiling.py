@@ -1,0 +1,46 @@
+"""Kernel names of a backend's cells (torch.profiler), for the kernel audit: shared by the backends that
+run FlashInfer (flashinfer.py, sglang.py). The backend has spec.flashinfer's profile knobs in self.opts."""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Set, Tuple
+
+import torch
+
+from .base import capture_and_replay
+
+
+class KernelProfiling:
+    """_profiled picks the first cell of each distinct (path, plan); _kernels records its CUDA kernels."""
+
+    _profiled_plans: Set[Tuple[str, str]]
+
+    def _profiled(self, repeat: int, path: str, plan: Dict[str, object]) -> bool:
+        """Profile this cell? Only the first cell of each distinct (path, plan) in the task, within the first
+        profile_repeats repeats: the kernels are a function of the path and plan (compare audits per plan)."""
+        limit = self.opts.profile_repeats  # type: ignore[attr-defined]
+        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):  # type: ignore[attr-defined]
+            return False
+        key = (path, json.dumps(plan, sort_keys=True))  # the plan as the row records it
+        if key in self._profiled_plans:
+            return False
+        self._profiled_plans.add(key)
+        return True
+
+    def _kernels(self, run, graph: bool) -> List[str]:
+        """CUDA kernel names of one more run (eager) or capture+replay (graph) of a cell _profiled picked."""
+        from torch.profiler import ProfilerActivity, profile
+
+        device = self.device  # type: ignore[attr-defined]
+        with self.stages("profile"):  # type: ignore[attr-defined]  # the profiler's start, one more run, parsing
+            # Earlier cells' digests (on their own stream) must not run inside the profiled window.
+            torch.cuda.synchronize(device)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                if graph:
+                    capture_and_replay(run, device)
+                else:
+                    run()
+                torch.cuda.synchronize(device)
+            names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
+        return sorted(n[:300] for n in names)
