@@ -88,6 +88,16 @@ class Recorder:
         return names
 
 
+class WrapperRunError(RuntimeError):
+    """A wrapper SGLang ran raised: which one, and whether it was planned for this batch."""
+
+    def __init__(self, rec: Recorder, wrapper: Any, exc: BaseException):
+        label = rec.labels([wrapper])[0]
+        planned = "" if any(w is wrapper for w in rec.planned) else " without a plan for this batch"
+        lines = str(exc).strip().splitlines()
+        super().__init__(f"SGLang ran {label}{planned}: {type(exc).__name__}: {lines[0] if lines else ''}")
+
+
 def recording_class(base: Any, rec: Recorder) -> type:
     """A subclass of a FlashInfer wrapper class that records plan() and run() (all else is base's)."""
 
@@ -96,7 +106,10 @@ def recording_class(base: Any, rec: Recorder) -> type:
         return base.plan(self, *args, **kwargs)
 
     def run(self, q, *args, return_lse: bool = False, **kwargs):
-        out, lse = base.run(self, q, *args, return_lse=True, **kwargs)
+        try:
+            out, lse = base.run(self, q, *args, return_lse=True, **kwargs)
+        except Exception as exc:  # the row's reason says which of SGLang's wrappers failed, and if it was planned
+            raise WrapperRunError(rec, self, exc) from exc
         rec.on_run(self, out, lse)
         return (out, lse) if return_lse else out
 
