@@ -24,6 +24,7 @@ import torch
 from packaging.version import Version
 
 from ...spec.model import JobSpec
+from ...spec.sglang import FULL_PREFILL_GRAPH_0523
 from ...stages import Stages
 from ..inputs import Batch
 from ..paths import path_of
@@ -129,10 +130,14 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         self._profiled_plans = set()
         self.block = spec.sglang.dllm_block_size
         self.capture_sizes = list(spec.flashinfer.decode.capture_batch_sizes)
+        # SGLang's full prefill graph on an H200 (the profile's: request slots, token buckets, padding factor),
+        # as detrun's model of it uses (spec/sglang.py FULL_PREFILL_GRAPH_0523)
+        self.full = FULL_PREFILL_GRAPH_0523
         with on_device(device):
             _fresh_process_state()
             self.runner = Runner(spec, device, spec.sglang.deterministic_inference,
-                                 rows=self._size(most_requests(spec)) or 0)
+                                 rows=max(self._size(most_requests(spec)) or 0, self.full.slots),
+                                 context_len=max(self.full.buckets) if self._extend_graphs() else 0)
             self.sgl = fb_module.FlashInferAttnBackend(self.runner.mock)
         self.rec.backend = self.sgl
         # dLLM servers build it from their model's config (DllmConfig.from_server_args needs a checkpoint);
@@ -202,27 +207,25 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
     def _size(self, bs: int) -> Optional[int]:
         return next((n for n in self.capture_sizes if n >= bs), None)
 
-    def _buckets(self) -> List[int]:
-        """SGLang's prefill token buckets (cuda_graph_hook.generate_prefill_cuda_graph_batch_sizes) up to
-        what the request slots can hold (cuda_graph_setup.py: slots x context length)."""
-        from sglang.srt.arg_groups.cuda_graph_hook import generate_prefill_cuda_graph_batch_sizes
-
-        most = most_requests(self.spec) * self.runner.context_len
-        return generate_prefill_cuda_graph_batch_sizes(most)
+    def _extend_graphs(self) -> bool:
+        return "cudagraph" in self.spec.modes and "prefill" in self.spec.phases
 
     def _graph_for(self, kind: str, step: Step) -> Optional[_Graph]:
         """The graph SGLang's runner would replay this batch with (captured on first use), or None when its
-        runner runs it eager: bs beyond the capture sizes or slots, tokens beyond the buckets or padded past
-        the full prefill graph's factor (prefill_cuda_graph_runner.py _MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR)."""
+        runner runs it eager: bs beyond the capture sizes, or (full prefill graph) beyond its request slots or
+        token buckets or padded past its factor (FullPrefillGraph.takes). The full prefill graph's first capture
+        is its largest bucket, as SGLang's runner captures largest first (prefill_cuda_graph_runner.py:1715):
+        that first plan fixes the graph wrappers' total_num_rows for every later plan."""
         bs = len(step.new_lens)
         if kind == EXTEND:
-            from sglang.srt.model_executor.runner import prefill_cuda_graph_runner as pcg
-
-            slots = most_requests(self.spec)
-            tokens = next((n for n in self._buckets() if n >= step.tokens), None)
-            if tokens is None or bs > slots or tokens > step.tokens * pcg._MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR:
+            if not self.full.takes(step.new_lens):
                 return None
+            slots = self.full.slots
+            tokens = next(n for n in self.full.buckets if n >= step.tokens)
             key = (kind, tokens)
+            first = (kind, max(self.full.buckets))
+            if first not in self._graphs:
+                self._graphs[first] = self._capture(kind, slots, first[1])
         else:
             size = self._size(bs)
             if size is None:
@@ -233,13 +236,18 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
             self._graphs[key] = self._capture(kind, slots, tokens)
         return self._graphs[key]
 
+    def _fill(self, kind: str) -> int:
+        """The seq len of a padded request in SGLang's decode-style graph runner: the block size for a dLLM
+        model, else the backend's fill value (decode_cuda_graph_runner.py:433-436; FB:1353-1354)."""
+        return self.block if kind == DLLM_EXTEND else int(self.sgl.get_cuda_graph_seq_len_fill_value())
+
     def _init_graph_state(self) -> None:
         """SGLang's init_cuda_graph_state, once, sized for every graph this job can replay."""
         if self._graph_state:
             return
         sizes = [self._size(len(self.spec.members(c))) or 0 for c in self.spec.cases]
-        max_bs = max(sizes + [most_requests(self.spec)])
-        tokens = max(max(sizes) * max(self.block, 1), max(self._buckets(), default=0))
+        max_bs = max(sizes + [self.full.slots])
+        tokens = max(max(sizes) * max(self.block, 1), max(self.full.buckets) if self._extend_graphs() else 0)
         self.sgl.init_cuda_graph_state(max_bs, tokens)
         self._graph_state = True
 
@@ -249,7 +257,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         its capture-path metadata, warm-up, on_after_cuda_graph_warmup, capture."""
         self._init_graph_state()
         dev, r = self.device, self.runner
-        fill = int(self.sgl.get_cuda_graph_seq_len_fill_value())
+        fill = self._fill(kind)
         if kind == EXTEND:
             ctx = r.context_len
             lens = [min(ctx, tokens - s) for s in range(0, tokens, ctx)]
@@ -289,7 +297,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         if kind == EXTEND:
             seq, new = step.seq_lens + [0] * pad, step.new_lens + [0] * pad
         else:
-            fill = int(self.sgl.get_cuda_graph_seq_len_fill_value())
+            fill = self._fill(kind)
             seq, new = step.seq_lens + [fill] * pad, step.new_lens + [step.new_lens[0]] * pad
         req_rows = list(range(bs)) + [0] * pad
         for static, real in zip(g.qkv, (q, k, v)):

@@ -137,13 +137,14 @@ class Runner:
     with a pool every case fits in, SGLang's server args with enable_deterministic_inference as the job
     says, and layer 0 (RadixAttention) whose KV the pool holds."""
 
-    def __init__(self, spec: JobSpec, device: torch.device, deterministic: bool, rows: int = 0):
+    def __init__(self, spec: JobSpec, device: torch.device, deterministic: bool, rows: int = 0,
+                 context_len: int = 0):
         from sglang.srt.layers.radix_attention import RadixAttention
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.runtime_context import get_context
         from sglang.test.kits.attention_unittest.attention_methods import dense_attention as kit
 
-        ctx = longest(spec)
+        ctx = max(longest(spec), context_len)  # context_len: a full prefill graph's one-request capture
         # Request rows: every case's requests (and every graph's padded batch), and enough rows x context
         # length that the pool holds every case's pages (the kit sizes the pool from them).
         rows = max(most_requests(spec), rows, -(-pool_tokens(spec) // ctx)) + 1
