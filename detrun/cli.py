@@ -15,7 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import exitpolicy
-from .errors import EXIT_MISMATCH
+from .errors import ExitCode
 from .judge.requests import BaselineRequest, ClaimOptions, CompareRequest, ReportRequest
 from .run.requests import ShrinkRequest, SubmitRequest
 from .store.requests import RunRequest, RunsRequest, TimingsRequest
@@ -186,8 +186,8 @@ def shrink(
     found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
     print(*lines.shrunk(found, output), sep="\n")
-    exitpolicy.set_verdict(EXIT_MISMATCH)
-    raise typer.Exit(EXIT_MISMATCH)
+    exitpolicy.set_verdict(ExitCode.MISMATCH)
+    raise typer.Exit(ExitCode.MISMATCH)
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""The exit-code policy: 0 every claim held, 1 a determinism failure, 2 usage/input/environment error,
+"""The exit-code policy (errors.ExitCode): 0 every claim held, 1 a determinism failure, 2 usage/input/environment error,
 3 internal error, 130 interrupted (Ctrl-C or SIGTERM). A crash is never 1, a closed stdout never
 changes the verdict's code.
 
@@ -19,17 +19,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import typer
 
-from .errors import (
-    EXIT_INFRA,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    DetrunError,
-    Terminated,
-    first_line,
-    incomplete_note,
-    interruption,
-)
+from .errors import DetrunError, ExitCode, Terminated, first_line, incomplete_note, interruption
 from .paths import check_output_path
 
 try:  # typer >= 0.17 vendors click
@@ -67,18 +57,18 @@ def _closed_stdout() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return EXIT_OK if _verdict is None else _verdict
+    return ExitCode.OK if _verdict is None else _verdict
 
 
 def _error(exc: DetrunError) -> int:
     print(f"detrun: error: {exc}", file=sys.stderr)
-    return EXIT_INFRA
+    return ExitCode.USAGE
 
 
 def _interrupted(exc: BaseException) -> int:
     note = incomplete_note(exc)
     print(f"detrun: {interruption(exc)}" + (f"; {note}" if note else ""), file=sys.stderr)
-    return EXIT_INTERRUPTED
+    return ExitCode.INTERRUPTED
 
 
 def _internal(exc: BaseException) -> int:
@@ -87,7 +77,7 @@ def _internal(exc: BaseException) -> int:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     hint = "" if debug else f" (set {DEBUG_ENV}=1 for the traceback)"
     print(f"detrun: internal error: {first_line(exc)}{hint}", file=sys.stderr)
-    return EXIT_INTERNAL
+    return ExitCode.INTERNAL
 
 
 def command(fn: Callable, outputs: Optional[Mapping[str, str]] = None) -> Callable:
@@ -163,10 +153,10 @@ def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
         return _closed_stdout() if _stdout_closed() else _internal(exc)
     except ClickException as exc:
         _show_usage_error(exc)
-        return EXIT_INFRA
+        return ExitCode.USAGE
     except typer.Abort:
         print("detrun: aborted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except DetrunError as exc:
         return _error(exc)
     except KeyboardInterrupt as exc:
@@ -175,7 +165,7 @@ def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
         return _internal(exc.__cause__ or exc)
     except Exception as exc:
         return _internal(exc)
-    return code if isinstance(code, int) else EXIT_OK
+    return code if isinstance(code, int) else ExitCode.OK
 
 
 def run(app: Callable, args: Optional[Sequence[str]] = None) -> int:

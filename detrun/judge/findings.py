@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
-from ..errors import EXIT_MISMATCH, EXIT_OK
+from ..errors import ExitCode
 from ..spec.model import folded_request
 from ..store.status import Status
 from .claims import AXIS_NAMES
@@ -137,14 +137,14 @@ class ClaimResult:
 class Verdict:
     claims: List[ClaimResult]
     findings: List[Finding]
-    exit_code: int
+    exit_code: ExitCode
     label: str  # REPRODUCIBLE | DETERMINISM FAILURE | NOT VERIFIED
     headline: str
     cells: Dict[str, Dict[str, Cell]] = field(default_factory=dict)  # request -> axis -> cell (copies folded)
 
     @property
     def failed(self) -> bool:
-        return self.exit_code != EXIT_OK
+        return self.exit_code != ExitCode.OK
 
     def of(self, kind: str) -> List[Finding]:
         return [f for f in self.findings if f.kind == kind]
@@ -276,7 +276,7 @@ _COUNTED = {"missing": "missing cells", "duplicate": "duplicate rows", "error": 
 
 def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[Finding],
               cmp: "Comparison") -> str:
-    parts = [f"{label} (exit {code})"]
+    parts = [f"{label} (exit {int(code)})"]
     for f in findings:
         if f.kind in ("broken_claim", "nothing_compared", "backend_changed") or (
                 f.kind == "unverified_claim" and f.severity == FAIL):
@@ -333,5 +333,5 @@ def judge(cmp: "Comparison") -> Verdict:
         label = "NOT VERIFIED"
     else:
         label = "DETERMINISM FAILURE"
-    code = EXIT_MISMATCH if failing else EXIT_OK
+    code = ExitCode.MISMATCH if failing else ExitCode.OK
     return Verdict(claims, findings, code, label, _headline(label, code, claims, findings, cmp), cells)
