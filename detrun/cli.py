@@ -66,12 +66,12 @@ def _compare_and_print(req: CompareRequest) -> int:
     from .present.outputs import compare
     from .present.render import print_comparison
 
-    cmp = compare(req)
-    exitpolicy.set_verdict(cmp.exit_code)  # before printing: it stands if stdout is closed
-    print_comparison(cmp, _console(), req.claims.details)
+    verdict = compare(req)
+    exitpolicy.set_verdict(verdict.exit_code)  # before printing: it stands if stdout is closed
+    print_comparison(verdict, _console(), req.claims.details)
     if req.junit is not None:
         print(f"JUnit XML written to {req.junit}")
-    return cmp.exit_code
+    return verdict.exit_code
 
 
 @contextlib.contextmanager
@@ -155,9 +155,9 @@ def report(
     """Write one self-contained HTML report: verdict, claims, findings, heatmap, max-ULP plot, environment."""
     from .present.outputs import report as write
 
-    ids, cmp = write(ReportRequest(tuple(runs), str(output), runs_root,
-                                   _claims(baseline, require_baseline, strict, expect)))
-    print(f"report written to {output} (verdict: {cmp.verdict.headline})")
+    ids, verdict = write(ReportRequest(tuple(runs), str(output), runs_root,
+                                       _claims(baseline, require_baseline, strict, expect)))
+    print(f"report written to {output} (verdict: {verdict.headline})")
 
 
 @app.command()
