@@ -1,6 +1,7 @@
 """The detrun command line. The rule: each command parses its options (Typer), builds one request object
 (detrun.run.requests, judge.requests, store.requests), calls one library function with it, and prints
-what comes back; DetrunError and the verdict become exit codes 0/1/2 (exitpolicy). Checks beyond parsing,
+what comes back (or returns its code, or an Outcome: the code and what to print); exitpolicy maps the code and
+every error to the exit (0/1/2/3/130). Checks beyond parsing,
 files other than stdout/stderr, Ray and the Jobs API belong to the library (submit: run/submission.py).
 No torch or ray at import time: each command imports what it calls."""
 
@@ -62,16 +63,20 @@ def _claims(baseline: bool, require_baseline: bool, strict: bool, expect: Option
     return ClaimOptions(baseline, require_baseline, strict, tuple(expect or ()), details)
 
 
-def _compare_and_print(req: CompareRequest) -> int:
+def _compare_and_print(req: CompareRequest) -> exitpolicy.Outcome:
+    """The verdict's code, and its printing (the policy prints: the code stands if stdout is closed)."""
     from .present.outputs import compare
-    from .present.render import print_comparison
 
     verdict = compare(req)
-    exitpolicy.set_verdict(verdict.exit_code)  # before printing: it stands if stdout is closed
-    print_comparison(verdict, _console(), req.claims.details)
-    if req.junit is not None:
-        print(f"JUnit XML written to {req.junit}")
-    return verdict.exit_code
+
+    def show() -> None:
+        from .present.render import print_comparison
+
+        print_comparison(verdict, _console(), req.claims.details)
+        if req.junit is not None:
+            print(f"JUnit XML written to {req.junit}")
+
+    return exitpolicy.Outcome(verdict.exit_code, show)
 
 
 @contextlib.contextmanager
@@ -108,7 +113,7 @@ def submit(
     jit_cache: Annotated[bool, typer.Option(
         "--jit-cache/--no-jit-cache", help="Reuse FlashInfer modules from <runs root>/jit-cache")] = True,
     verbose: Verbose = False,
-) -> None:
+) -> Optional[exitpolicy.Outcome]:
     """Run a job spec's cells as Ray tasks, store the rows and compare them (or --resume a run)."""
     from .present import lines
     from .run import submission
@@ -119,11 +124,12 @@ def submit(
                         verbose)
     done = submission.submit(req, _progress)
     if isinstance(done, submission.Submitted):
-        return print(*lines.submitted(done.plan, runs_root), sep="\n")
+        print(*lines.submitted(done.plan, runs_root), sep="\n")
+        return None
     print(lines.ran(done))
     for failure in done.failures:
         print(f"task failed: {failure}", file=sys.stderr)
-    raise typer.Exit(_compare_and_print(req.compare_request(done.run_id)))
+    return _compare_and_print(req.compare_request(done.run_id))
 
 
 @app.command()
@@ -133,13 +139,13 @@ def compare(
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
     expect: Expect = None, details: Details = 3, junit: Junit = None,
-) -> None:
+) -> exitpolicy.Outcome:
     """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs.
 
     Exit 0: every claim held; 1: a determinism failure; 2: bad input."""
     req = CompareRequest(tuple(runs), runs_root, _claims(baseline, require_baseline, strict, expect, details),
                          _str(junit))
-    raise typer.Exit(_compare_and_print(req))
+    return _compare_and_print(req)
 
 
 @app.command()
@@ -175,7 +181,7 @@ def shrink(
         metavar="URL", help="Trials on Ray: ray://..., host:port, auto, local (default: in this process)")] = None,
     inline: Annotated[bool, typer.Option("--inline", help="Trials in this process (the default)")] = False,
     verbose: Verbose = False,
-) -> None:
+) -> exitpolicy.Outcome:
     """Shrink RUN's batch difference to the smallest batch that still differs; write it as a job.
 
     Exit 1: shrunk (the job written fails the same way); 2: nothing to shrink, or it did not differ again.
@@ -185,9 +191,7 @@ def shrink(
 
     found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
-    print(*lines.shrunk(found, output), sep="\n")
-    exitpolicy.set_verdict(ExitCode.MISMATCH)
-    raise typer.Exit(ExitCode.MISMATCH)
+    return exitpolicy.Outcome(ExitCode.MISMATCH, lambda: print(*lines.shrunk(found, output), sep="\n"))
 
 
 @app.command()
