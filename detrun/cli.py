@@ -1,7 +1,8 @@
 """The detrun command line. The rule: each command parses its options (Typer), builds one request object
 (detrun.run.requests, judge.requests, store.requests), calls one library function with it, and prints
 what comes back (or returns its code, or an Outcome: the code and what to print); exitpolicy maps the code and
-every error to the exit (0/1/2/3/130). Checks beyond parsing,
+every error to the exit (0/1/2/3/130). compare, list, status and history print text or, with --format json,
+one JSON document (present/jsondoc.py). Checks beyond parsing,
 files other than stdout/stderr, Ray and the Jobs API belong to the library (submit: run/submission.py).
 No torch or ray at import time: each command imports what it calls."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -42,6 +44,14 @@ Details = Annotated[int, typer.Option("--details", min=0, metavar="N", help="Exa
 Junit = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Also write JUnit XML")]
 Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Ray's notices and task output, on stderr")]
 
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", help="text, or one JSON document on stdout")]
+
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id under --runs-root", show_default=False)]
@@ -63,18 +73,29 @@ def _claims(baseline: bool, require_baseline: bool, strict: bool, expect: Option
     return ClaimOptions(baseline, require_baseline, strict, tuple(expect or ()), details)
 
 
-def _compare_and_print(req: CompareRequest) -> exitpolicy.Outcome:
+def _json(doc) -> None:
+    from .present.jsondoc import dumps
+
+    print(dumps(doc))
+
+
+def _compare_and_print(req: CompareRequest, fmt: Format = Format.text) -> exitpolicy.Outcome:
     """The verdict's code, and its printing (the policy prints: the code stands if stdout is closed)."""
     from .present.outputs import compare
 
     verdict = compare(req)
 
     def show() -> None:
-        from .present.render import print_comparison
+        if fmt is Format.json:
+            from .present.jsondoc import verdict_doc
 
-        print_comparison(verdict, _console(), req.claims.details)
+            _json(verdict_doc(verdict))
+        else:
+            from .present.render import print_comparison
+
+            print_comparison(verdict, _console(), req.claims.details)
         if req.junit is not None:
-            print(f"JUnit XML written to {req.junit}")
+            print(f"JUnit XML written to {req.junit}", file=sys.stderr if fmt is Format.json else sys.stdout)
 
     return exitpolicy.Outcome(verdict.exit_code, show)
 
@@ -138,14 +159,14 @@ def compare(
     runs: Annotated[List[str], typer.Argument(metavar="RUN", help="Run ids under --runs-root, or run folders")],
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
-    expect: Expect = None, details: Details = 3, junit: Junit = None,
+    expect: Expect = None, details: Details = 3, junit: Junit = None, fmt: FormatOpt = Format.text,
 ) -> exitpolicy.Outcome:
     """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs.
 
     Exit 0: every claim held; 1: a determinism failure; 2: bad input."""
     req = CompareRequest(tuple(runs), runs_root, _claims(baseline, require_baseline, strict, expect, details),
                          _str(junit))
-    return _compare_and_print(req)
+    return _compare_and_print(req, fmt)
 
 
 @app.command()
@@ -196,12 +217,18 @@ def shrink(
 
 @app.command()
 @_errors
-def history(runs_root: RunsRoot = "runs") -> None:
+def history(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """Every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
     from .judge.history import history_under
+
+    hist = history_under(RunsRequest(runs_root))
+    if fmt is Format.json:
+        from .present.jsondoc import history_doc
+
+        return _json(history_doc(hist))
     from .present.render import print_history
 
-    print_history(history_under(RunsRequest(runs_root)), _console())
+    print_history(hist, _console())
 
 
 @baseline_app.command("set")
@@ -230,12 +257,18 @@ def baseline_show(runs_root: RunsRoot = "runs") -> None:
 
 @app.command("list")
 @_errors
-def list_runs(runs_root: RunsRoot = "runs") -> None:
+def list_runs(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """List the runs under the runs root."""
-    from .present.lines import listed
     from .store.runs import runs_under
 
-    for run_id, manifest in runs_under(RunsRequest(runs_root)):
+    runs = runs_under(RunsRequest(runs_root))
+    if fmt is Format.json:
+        from .present.jsondoc import list_doc
+
+        return _json(list_doc(runs))
+    from .present.lines import listed
+
+    for run_id, manifest in runs:
         print(listed(run_id, manifest))
 
 
@@ -255,12 +288,17 @@ def timings(run: RunArg, runs_root: RunsRoot = "runs", all_stages: Annotated[boo
 
 @app.command()
 @_errors
-def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None) -> None:
+def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None,
+           fmt: FormatOpt = Format.text) -> None:
     """A run's status (shards stored, failures), and its Ray job's if it was submitted as one."""
     from .present import lines
     from .run.submission import run_status
 
     st = run_status(RunRequest(run, runs_root, address))
+    if fmt is Format.json:
+        from .present.jsondoc import status_doc
+
+        return _json(status_doc(st, st.job_state() if st.job else None))
     print(*lines.status(st), sep="\n")
     if st.job:
         print(f"job {st.job[1]} at {st.job[0]}: {st.job_state()}")
