@@ -22,10 +22,12 @@ import time
 GOAL_S = 10.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = {
-    "compare": "from detrun.judge.compare import compare_runs; from detrun.store.runs import RunStore; "
+    "compare": "from detrun.judge.compare import compare_runs; from detrun.judge.findings import judge; "
+               "from detrun.store.runs import RunStore; "
                "s = RunStore({root!r}); t = time.perf_counter(); c = compare_runs(s, s.list_runs()); "
                "print('@T', time.perf_counter() - t); "
-               "print(c.rows, 'rows,', len(c.mismatches), 'mismatches,', len(c.missing), 'missing, exit', c.exit_code)",
+               "print(c.rows, 'rows,', len(c.mismatches), 'mismatches,', len(c.missing), 'missing, exit', "
+               "int(judge(c).exit_code))",
     "history": "from detrun.judge.history import history; from detrun.store.runs import RunStore; "
                "t = time.perf_counter(); h = history(RunStore({root!r})); print('@T', time.perf_counter() - t); "
                "print(len(h.runs), 'runs,', len(h.drifts), 'drifts')",

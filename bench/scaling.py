@@ -28,6 +28,7 @@ os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "") 
 import ray  # noqa: E402
 
 from detrun.judge.compare import compare_runs  # noqa: E402
+from detrun.judge.findings import judge  # noqa: E402
 from detrun.run import runner  # noqa: E402
 from detrun.spec.model import load_spec, spec_from_dict  # noqa: E402
 from detrun.store.runs import RunStore  # noqa: E402
@@ -64,12 +65,12 @@ def main():
         rows = len(table)
         rate = rows / wall
         base = base or rate
-        verdict = compare_runs(store, [result.run_id])
+        verdict = judge(compare_runs(store, [result.run_id]))
         backends = sorted(set(table.column("backend").to_pylist()))
         devices = len(set(table.column("gpu_uuid").to_pylist()))
         print(f"{n} declared GPU(s): {rows:4d} rows in {wall:5.2f} s = {rate:6.1f} rows/s, "
               f"speed-up {rate / base:4.2f}x (ideal {n}x; failures {len(result.failures)}); "
-              f"backend {'+'.join(backends)}, {devices} distinct device(s), compare exit {verdict.exit_code}")
+              f"backend {'+'.join(backends)}, {devices} distinct device(s), compare exit {int(verdict.exit_code)}")
     ray.shutdown()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from detrun.judge.baseline import comparison
+from detrun.judge.baseline import verdict_of
 from detrun.present.render import print_timings, steady_overhead
 from detrun.run import runner
 from detrun.run.jitcache import cache_root
@@ -92,7 +92,7 @@ def main() -> int:
         run_id = runner.submit(spec, store, gpus, args.job, options=options).run_id
         submit_s = time.perf_counter() - start
     compared = time.perf_counter()
-    verdict = comparison(store, [run_id])
+    verdict = verdict_of(store, [run_id])
     done = time.perf_counter()
     compare_s = done - compared
     to_verdict = done - start if submit_s is not None else _iso_s(store.manifest(run_id)) + compare_s
@@ -104,14 +104,14 @@ def main() -> int:
         print(line)
     cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * gpus
     print(f"run {run_id}: {len(spec.cases)} cases x {len(spec.modes)} modes x {spec.repeats} repeats x {gpus} GPU(s) "
-          f"= {cells} cells; verdict: {verdict.verdict.headline}")
+          f"= {cells} cells; verdict: {verdict.headline}")
     print(f"cells/s: {cells / tasks_s:.1f} ({cells} cells in {tasks_s:.1f} s from placement group to the last shard)")
     how = (f"connect {connect_s:.1f} s + submit {submit_s - connect_s:.1f} s + compare" if submit_s is not None
            else "manifest created -> finished, + compare now")
     print(f"time to verdict: {to_verdict:.1f} s ({how} {compare_s:.2f} s)")
     print(f"compare: {compare_s:.2f} s; this process's peak RSS (driver and compare): {host_peak_mb():.0f} MB")
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
-    return verdict.exit_code
+    return int(verdict.exit_code)
 
 
 def markdown_row(store, run_id: str, cells: int, tasks_s: float, to_verdict: float, compare_s: float, steady) -> str:

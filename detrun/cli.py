@@ -1,6 +1,8 @@
 """The detrun command line. The rule: each command parses its options (Typer), builds one request object
 (detrun.run.requests, judge.requests, store.requests), calls one library function with it, and prints
-what comes back; DetrunError and the verdict become exit codes 0/1/2 (exitpolicy). Checks beyond parsing,
+what comes back (or returns its code, or an Outcome: the code and what to print); exitpolicy maps the code and
+every error to the exit (0/1/2/3/130). compare, list, status and history print text or, with --format json,
+one JSON document (present/jsondoc.py). Checks beyond parsing,
 files other than stdout/stderr, Ray and the Jobs API belong to the library (submit: run/submission.py).
 No torch or ray at import time: each command imports what it calls."""
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,7 +18,7 @@ import typer
 from typing_extensions import Annotated
 
 from . import exitpolicy
-from .errors import EXIT_MISMATCH
+from .errors import ExitCode
 from .judge.requests import BaselineRequest, ClaimOptions, CompareRequest, ReportRequest
 from .run.requests import ShrinkRequest, SubmitRequest
 from .store.requests import RunRequest, RunsRequest, TimingsRequest
@@ -41,6 +44,14 @@ Details = Annotated[int, typer.Option("--details", min=0, metavar="N", help="Exa
 Junit = Annotated[Optional[Path], typer.Option("--junit", metavar="FILE", help="Also write JUnit XML")]
 Verbose = Annotated[bool, typer.Option("-v", "--verbose", help="Ray's notices and task output, on stderr")]
 
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+
+
+FormatOpt = Annotated[Format, typer.Option("--format", help="text, or one JSON document on stdout")]
+
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id under --runs-root", show_default=False)]
@@ -62,16 +73,31 @@ def _claims(baseline: bool, require_baseline: bool, strict: bool, expect: Option
     return ClaimOptions(baseline, require_baseline, strict, tuple(expect or ()), details)
 
 
-def _compare_and_print(req: CompareRequest) -> int:
-    from .present.outputs import compare
-    from .present.render import print_comparison
+def _json(doc) -> None:
+    from .present.jsondoc import dumps
 
-    cmp = compare(req)
-    exitpolicy.set_verdict(cmp.exit_code)  # before printing: it stands if stdout is closed
-    print_comparison(cmp, _console(), req.claims.details)
-    if req.junit is not None:
-        print(f"JUnit XML written to {req.junit}")
-    return cmp.exit_code
+    print(dumps(doc))
+
+
+def _compare_and_print(req: CompareRequest, fmt: Format = Format.text) -> exitpolicy.Outcome:
+    """The verdict's code, and its printing (the policy prints: the code stands if stdout is closed)."""
+    from .present.outputs import compare
+
+    verdict = compare(req)
+
+    def show() -> None:
+        if fmt is Format.json:
+            from .present.jsondoc import verdict_doc
+
+            _json(verdict_doc(verdict))
+        else:
+            from .present.render import print_comparison
+
+            print_comparison(verdict, _console(), req.claims.details)
+        if req.junit is not None:
+            print(f"JUnit XML written to {req.junit}", file=sys.stderr if fmt is Format.json else sys.stdout)
+
+    return exitpolicy.Outcome(verdict.exit_code, show)
 
 
 @contextlib.contextmanager
@@ -108,7 +134,7 @@ def submit(
     jit_cache: Annotated[bool, typer.Option(
         "--jit-cache/--no-jit-cache", help="Reuse FlashInfer modules from <runs root>/jit-cache")] = True,
     verbose: Verbose = False,
-) -> None:
+) -> Optional[exitpolicy.Outcome]:
     """Run a job spec's cells as Ray tasks, store the rows and compare them (or --resume a run)."""
     from .present import lines
     from .run import submission
@@ -119,11 +145,12 @@ def submit(
                         verbose)
     done = submission.submit(req, _progress)
     if isinstance(done, submission.Submitted):
-        return print(*lines.submitted(done.plan, runs_root), sep="\n")
+        print(*lines.submitted(done.plan, runs_root), sep="\n")
+        return None
     print(lines.ran(done))
     for failure in done.failures:
         print(f"task failed: {failure}", file=sys.stderr)
-    raise typer.Exit(_compare_and_print(req.compare_request(done.run_id)))
+    return _compare_and_print(req.compare_request(done.run_id))
 
 
 @app.command()
@@ -132,14 +159,14 @@ def compare(
     runs: Annotated[List[str], typer.Argument(metavar="RUN", help="Run ids under --runs-root, or run folders")],
     runs_root: RunsRoot = "runs",
     baseline: Baseline = False, require_baseline: RequireBaseline = False, strict: Strict = False,
-    expect: Expect = None, details: Details = 3, junit: Junit = None,
-) -> None:
+    expect: Expect = None, details: Details = 3, junit: Junit = None, fmt: FormatOpt = Format.text,
+) -> exitpolicy.Outcome:
     """Check the claims: bitwise equality across repeats, GPUs, modes, batches, phases and runs.
 
     Exit 0: every claim held; 1: a determinism failure; 2: bad input."""
     req = CompareRequest(tuple(runs), runs_root, _claims(baseline, require_baseline, strict, expect, details),
                          _str(junit))
-    raise typer.Exit(_compare_and_print(req))
+    return _compare_and_print(req, fmt)
 
 
 @app.command()
@@ -155,9 +182,9 @@ def report(
     """Write one self-contained HTML report: verdict, claims, findings, heatmap, max-ULP plot, environment."""
     from .present.outputs import report as write
 
-    ids, cmp = write(ReportRequest(tuple(runs), str(output), runs_root,
-                                   _claims(baseline, require_baseline, strict, expect)))
-    print(f"report written to {output} (verdict: {cmp.verdict.headline})")
+    ids, verdict = write(ReportRequest(tuple(runs), str(output), runs_root,
+                                       _claims(baseline, require_baseline, strict, expect)))
+    print(f"report written to {output} (verdict: {verdict.headline})")
 
 
 @app.command()
@@ -175,7 +202,7 @@ def shrink(
         metavar="URL", help="Trials on Ray: ray://..., host:port, auto, local (default: in this process)")] = None,
     inline: Annotated[bool, typer.Option("--inline", help="Trials in this process (the default)")] = False,
     verbose: Verbose = False,
-) -> None:
+) -> exitpolicy.Outcome:
     """Shrink RUN's batch difference to the smallest batch that still differs; write it as a job.
 
     Exit 1: shrunk (the job written fails the same way); 2: nothing to shrink, or it did not differ again.
@@ -185,19 +212,23 @@ def shrink(
 
     found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
-    print(*lines.shrunk(found, output), sep="\n")
-    exitpolicy.set_verdict(EXIT_MISMATCH)
-    raise typer.Exit(EXIT_MISMATCH)
+    return exitpolicy.Outcome(ExitCode.MISMATCH, lambda: print(*lines.shrunk(found, output), sep="\n"))
 
 
 @app.command()
 @_errors
-def history(runs_root: RunsRoot = "runs") -> None:
+def history(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """Every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
     from .judge.history import history_under
+
+    hist = history_under(RunsRequest(runs_root))
+    if fmt is Format.json:
+        from .present.jsondoc import history_doc
+
+        return _json(history_doc(hist))
     from .present.render import print_history
 
-    print_history(history_under(RunsRequest(runs_root)), _console())
+    print_history(hist, _console())
 
 
 @baseline_app.command("set")
@@ -226,12 +257,18 @@ def baseline_show(runs_root: RunsRoot = "runs") -> None:
 
 @app.command("list")
 @_errors
-def list_runs(runs_root: RunsRoot = "runs") -> None:
+def list_runs(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """List the runs under the runs root."""
-    from .present.lines import listed
     from .store.runs import runs_under
 
-    for run_id, manifest in runs_under(RunsRequest(runs_root)):
+    runs = runs_under(RunsRequest(runs_root))
+    if fmt is Format.json:
+        from .present.jsondoc import list_doc
+
+        return _json(list_doc(runs))
+    from .present.lines import listed
+
+    for run_id, manifest in runs:
         print(listed(run_id, manifest))
 
 
@@ -251,12 +288,17 @@ def timings(run: RunArg, runs_root: RunsRoot = "runs", all_stages: Annotated[boo
 
 @app.command()
 @_errors
-def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None) -> None:
+def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None,
+           fmt: FormatOpt = Format.text) -> None:
     """A run's status (shards stored, failures), and its Ray job's if it was submitted as one."""
     from .present import lines
     from .run.submission import run_status
 
     st = run_status(RunRequest(run, runs_root, address))
+    if fmt is Format.json:
+        from .present.jsondoc import status_doc
+
+        return _json(status_doc(st, st.job_state() if st.job else None))
     print(*lines.status(st), sep="\n")
     if st.job:
         print(f"job {st.job[1]} at {st.job[0]}: {st.job_state()}")

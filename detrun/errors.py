@@ -1,16 +1,21 @@
-"""The error types the CLI maps to exit codes (the policy itself is exitpolicy.py), and an exception's
-one-line summary (first_line; failure_line for a Ray error).
+"""detrun's exit codes (ExitCode), the error types the CLI maps to them (the policy itself is exitpolicy.py),
+and an exception's one-line summary (first_line; failure_line for a Ray error).
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Optional
 
-EXIT_OK = 0
-EXIT_MISMATCH = 1
-EXIT_INFRA = 2
-EXIT_INTERNAL = 3
-EXIT_INTERRUPTED = 130
+
+class ExitCode(IntEnum):
+    """What a detrun command exits with."""
+
+    OK = 0  # every claim held (or a command that judges nothing succeeded)
+    MISMATCH = 1  # a determinism failure: a broken claim, an unexplained difference, a missing cell
+    USAGE = 2  # usage, input or environment error (DetrunError)
+    INTERNAL = 3  # a crash: never 1
+    INTERRUPTED = 130  # Ctrl-C or SIGTERM
 
 
 class DetrunError(Exception):

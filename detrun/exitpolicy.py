@@ -1,8 +1,10 @@
-"""The exit-code policy: 0 every claim held, 1 a determinism failure, 2 usage/input/environment error,
-3 internal error, 130 interrupted (Ctrl-C or SIGTERM). A crash is never 1, a closed stdout never
+"""The exit-code policy (errors.ExitCode): 0 every claim held, 1 a determinism failure, 2 usage/input/environment
+error, 3 internal error, 130 interrupted (Ctrl-C or SIGTERM). A crash is never 1, a closed stdout never
 changes the verdict's code.
 
-command() wraps each CLI command (CliRunner calls those directly); run() is what main() runs.
+command() wraps each CLI command (CliRunner calls those directly): a command returns its code, or an Outcome
+(its code and what it prints, printed here so that the code stands if stdout is closed meanwhile), and the
+wrapper maps that and every error to the exit. run() is what main() runs.
 """
 
 from __future__ import annotations
@@ -15,21 +17,12 @@ import select
 import signal
 import sys
 import traceback
-from typing import Callable, Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import typer
 
-from .errors import (
-    EXIT_INFRA,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    DetrunError,
-    Terminated,
-    first_line,
-    incomplete_note,
-    interruption,
-)
+from .errors import DetrunError, ExitCode, Terminated, first_line, incomplete_note, interruption
 from .paths import check_output_path
 
 try:  # typer >= 0.17 vendors click
@@ -38,13 +31,15 @@ except ImportError:  # pragma: no cover
     from click.exceptions import ClickException  # type: ignore[assignment]
 
 DEBUG_ENV = "DETRUN_DEBUG"
-_verdict: Optional[int] = None
 
 
-def set_verdict(code: int) -> None:
-    """Record the comparison's exit code before it is printed: it stands if stdout is closed."""
-    global _verdict
-    _verdict = code
+@dataclass(frozen=True)
+class Outcome:
+    """What a command decided (its exit code) and how to show it: the policy calls show(), and the code
+    stands if stdout is closed while it prints."""
+
+    code: ExitCode
+    show: Callable[[], None]
 
 
 class _Crash(Exception):
@@ -62,54 +57,65 @@ def _stdout_closed() -> bool:
     return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
-def _closed_stdout() -> int:
-    """The rest of the output goes to /dev/null (Python's recipe); the verdict's code, else 0."""
+def _closed_stdout(code: int) -> int:
+    """The rest of the output goes to /dev/null (Python's recipe); the code decided before printing."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return EXIT_OK if _verdict is None else _verdict
+    return code
 
 
-def _error(exc: DetrunError) -> int:
+def _error(exc: DetrunError) -> ExitCode:
     print(f"detrun: error: {exc}", file=sys.stderr)
-    return EXIT_INFRA
+    return ExitCode.USAGE
 
 
-def _interrupted(exc: BaseException) -> int:
+def _interrupted(exc: BaseException) -> ExitCode:
     note = incomplete_note(exc)
     print(f"detrun: {interruption(exc)}" + (f"; {note}" if note else ""), file=sys.stderr)
-    return EXIT_INTERRUPTED
+    return ExitCode.INTERRUPTED
 
 
-def _internal(exc: BaseException) -> int:
+def _internal(exc: BaseException) -> ExitCode:
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     if debug:
         traceback.print_exception(type(exc), exc, exc.__traceback__)
     hint = "" if debug else f" (set {DEBUG_ENV}=1 for the traceback)"
     print(f"detrun: internal error: {first_line(exc)}{hint}", file=sys.stderr)
-    return EXIT_INTERNAL
+    return ExitCode.INTERNAL
 
 
-def command(fn: Callable, outputs: Optional[Mapping[str, str]] = None) -> Callable:
-    """Map a command's DetrunError to exit 2, an interruption to 130, a closed stdout to the verdict.
+Returned = Union[None, ExitCode, Outcome]  # what a command returns (None: OK)
+
+
+def command(fn: Callable[..., Returned], outputs: Optional[Mapping[str, str]] = None) -> Callable[..., None]:
+    """Map a command's code (or Outcome) to its exit, a DetrunError to 2, an interruption to 130, a closed stdout
+    to the code decided before printing.
 
     outputs: parameter name -> option; those paths are checked (check_output_path) before fn runs.
     """
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args, **kwargs) -> None:
+        code = ExitCode.OK
         try:
             for name, option in (outputs or {}).items():
                 check_output_path(kwargs.get(name), option)
-            return fn(*args, **kwargs)
+            done = fn(*args, **kwargs)
+            code = done.code if isinstance(done, Outcome) else ExitCode(done or ExitCode.OK)
+            if isinstance(done, Outcome):
+                done.show()
+                sys.stdout.flush()
         except DetrunError as exc:
             raise typer.Exit(_error(exc)) from None
         except KeyboardInterrupt as exc:
             raise typer.Exit(_interrupted(exc)) from None
         except BrokenPipeError as exc:
             if _stdout_closed():
-                raise typer.Exit(_closed_stdout()) from None
+                raise typer.Exit(_closed_stdout(code)) from None
             raise _Crash() from exc
+        if code != ExitCode.OK:
+            raise typer.Exit(int(code))
 
     return wrapper
 
@@ -145,7 +151,7 @@ def _show_usage_error(exc: ClickException) -> None:
         try:
             print(exc.format_message(), flush=True)
         except BrokenPipeError:  # `detrun | head -1`
-            _closed_stdout()
+            _closed_stdout(ExitCode.OK)
         return
     try:
         from typer.rich_utils import rich_format_error
@@ -155,18 +161,26 @@ def _show_usage_error(exc: ClickException) -> None:
         rich_format_error(exc)
 
 
+def _flushed(code: int) -> int:
+    """code once stdout is flushed: a reader gone by then does not change it."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError as exc:
+        return _closed_stdout(code) if _stdout_closed() else _internal(exc)
+    return code
+
+
 def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
     try:
         code = app(args=args, standalone_mode=False, prog_name="detrun")
-        sys.stdout.flush()
-    except BrokenPipeError as exc:
-        return _closed_stdout() if _stdout_closed() else _internal(exc)
+    except BrokenPipeError as exc:  # outside a command (click's own output)
+        return _closed_stdout(ExitCode.OK) if _stdout_closed() else _internal(exc)
     except ClickException as exc:
         _show_usage_error(exc)
-        return EXIT_INFRA
+        return ExitCode.USAGE
     except typer.Abort:
         print("detrun: aborted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except DetrunError as exc:
         return _error(exc)
     except KeyboardInterrupt as exc:
@@ -175,13 +189,12 @@ def _run(app: Callable, args: Optional[Sequence[str]]) -> int:
         return _internal(exc.__cause__ or exc)
     except Exception as exc:
         return _internal(exc)
-    return code if isinstance(code, int) else EXIT_OK
+    return _flushed(code if isinstance(code, int) else ExitCode.OK)
 
 
 def run(app: Callable, args: Optional[Sequence[str]] = None) -> int:
     """Run the Typer app under this policy (SIGTERM raises Terminated meanwhile); return the exit code."""
-    global _verdict
-    _verdict, Terminated.received = None, False
+    Terminated.received = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with _rich_raises_broken_pipe():

@@ -184,23 +184,23 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
-def terminal_text(cmp) -> str:
-    """What `detrun compare` prints for cmp (no colour, wide)."""
+def terminal_text(verdict) -> str:
+    """What `detrun compare` prints for a Verdict (no colour, wide)."""
     from rich.console import Console
 
     from detrun.present.render import print_comparison
 
     console = Console(record=True, width=400, color_system=None)
-    print_comparison(cmp, console, details=100)
+    print_comparison(verdict, console, details=100)
     return console.export_text()
 
 
-def junit_text(cmp) -> str:
-    """Every text and attribute value of cmp's JUnit XML, one a line."""
+def junit_text(verdict) -> str:
+    """Every text and attribute value of a Verdict's JUnit XML, one a line."""
     from detrun.present.junit import junit_xml
 
     parts = []
-    for el in ET.fromstring(junit_xml(cmp)).iter():
+    for el in ET.fromstring(junit_xml(verdict)).iter():
         parts += [el.text or "", *el.attrib.values()]
     return "\n".join(parts)
 

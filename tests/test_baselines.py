@@ -11,6 +11,7 @@ from detrun.errors import DetrunError
 from detrun.fingerprint import fingerprint_of
 from detrun.judge.baseline import compare_with_baseline, list_baselines, set_baseline
 from detrun.judge.claims import Checks
+from detrun.judge.findings import judge
 from detrun.store.runs import RunStore
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
@@ -23,9 +24,9 @@ def test_a_set_baseline_is_listed_stored_and_compared_against(store):
     shown = list_baselines(store)
     assert shown == docs and shown[0]["spec"] == "small"
     assert (store.read_json(f"baselines/small/{docs[0]['fingerprint']}.json")) == docs[0]
-    cmp = compare_with_baseline(store, "next")
-    assert cmp.runs == ["base", "next"] and cmp.baseline == "base" and not cmp.failed
-    assert "bitwise against baseline base (same fingerprint)" in cmp.baseline_context[0]
+    cmp, base = compare_with_baseline(store, "next")
+    assert cmp.runs == ["base", "next"] and base.run == "base" and not judge(cmp, base).failed
+    assert "bitwise against baseline base (same fingerprint)" in base.lines[0]
     assert any(v.axis == "run" and v.status == "equal" for v in cmp.verdicts)
 
 
@@ -34,8 +35,8 @@ def test_baseline_catches_regression_and_refuses_failing_run(store):
     run_inline(store, small(**TINY), "bad")
     set_baseline(store, "base")
     flip_one_ulp(store, "bad", is_alone_target)
-    cmp = compare_with_baseline(store, "bad")
-    assert cmp.failed and cmp.exit_code == 1
+    cmp, base = compare_with_baseline(store, "bad")
+    assert judge(cmp, base).failed and judge(cmp, base).exit_code == 1
     assert any(m.axis == "run" and m.label == "unexplained" and m.out.max_ulp == 1 for m in cmp.mismatches)
     with pytest.raises(DetrunError, match="not reproducible on its own"):
         set_baseline(store, "bad")
@@ -52,15 +53,15 @@ def test_the_nearest_fingerprint_baseline_names_the_fields_that_differ(store):
 
     rewrite_rows(store, "upgraded", upgrade)
     flip_one_ulp(store, "upgraded", lambda r: r["case"] == "mixed" and r["request"] == "long")
-    cmp = compare_with_baseline(store, "upgraded")
-    context = cmp.baseline_context[0]
+    cmp, base_context = compare_with_baseline(store, "upgraded")
+    context = base_context.lines[0]
     base = store.read_rows(["base"]).to_pylist()[0]  # the versions this machine ran the baseline with
     assert "no baseline with this fingerprint" in context
     assert f"flashinfer: {base['flashinfer']} vs 0.99.0" in context and f"torch: {base['torch']} vs 99.0.0" in context
     run_axis = [m for m in cmp.mismatches if m.axis == "run"]
     assert run_axis and all(m.label == "explained by environment: torch" for m in run_axis)
     assert not any(v.axis == "run" and v.status == "differs" for v in cmp.verdicts)
-    assert compare_with_baseline(store, "upgraded", Checks(strict=True)).failed
+    assert judge(*compare_with_baseline(store, "upgraded", Checks(strict=True))).failed
 
 
 def test_a_run_of_another_spec_is_refused_naming_the_field(store):
@@ -73,8 +74,8 @@ def test_a_run_of_another_spec_is_refused_naming_the_field(store):
 
 def test_a_run_without_a_baseline_says_so(store):
     run_inline(store, small(**TINY), "lonely")
-    cmp = compare_with_baseline(store, "lonely")
-    assert cmp.runs == ["lonely"] and "no baseline set" in cmp.baseline_context[0]
+    cmp, base = compare_with_baseline(store, "lonely")
+    assert cmp.runs == ["lonely"] and "no baseline set" in base.lines[0]
 
 
 def test_nightly_cli_sets_a_baseline_and_compares_history_and_report_against_it(tmp_path, any_root):

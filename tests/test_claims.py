@@ -11,6 +11,7 @@ from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.judge.claims import claims_of, parse_expect
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.judge.history import history
 from detrun.present.junit import junit_xml
 from detrun.present.render import print_history
@@ -23,7 +24,7 @@ SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=[
 
 def test_explained_batch_passes_and_says_so(store):
     run_inline(store, small(**SPLIT), "split")
-    verdict = compare_runs(store, ["split"]).verdict
+    verdict = judge(compare_runs(store, ["split"]))
     assert verdict.exit_code == 0 and verdict.label == "REPRODUCIBLE"
     assert verdict.headline.startswith("REPRODUCIBLE (exit 0); explained: batch 2 requests (kv_chunk_size)")
     assert "ran: reference torch-split_kv" in verdict.headline
@@ -31,7 +32,7 @@ def test_explained_batch_passes_and_says_so(store):
 
 def test_batch_claimed_bitwise_breaks_with_the_plan_as_cause(store):
     run_inline(store, small(expect={"batch": "bitwise"}, **SPLIT), "split")
-    verdict = compare_runs(store, ["split"]).verdict
+    verdict = judge(compare_runs(store, ["split"]))
     assert verdict.exit_code == 1 and verdict.label == "DETERMINISM FAILURE"
     (broken,) = verdict.of("broken_claim")
     assert broken.title == "batch claimed bitwise, 2 requests (target, target_p) differ (kv_chunk_size 4 vs 36)"
@@ -68,8 +69,8 @@ def test_compare_accepts_claims(store, tmp_path):
 def test_ignored_axis_is_shown_not_counted(store):
     run_inline(store, small(repeats=2, modes=["eager"]), "flip")
     flip_one_ulp(store, "flip", lambda r: r["case"] == "mixed" and r["request"] == "long")  # long: one case
-    assert compare_runs(store, ["flip"]).exit_code == 1
-    verdict = compare_runs(store, ["flip"], expect={"repeat": "ignore"}).verdict
+    assert judge(compare_runs(store, ["flip"])).exit_code == 1
+    verdict = judge(compare_runs(store, ["flip"], expect={"repeat": "ignore"}))
     assert verdict.exit_code == 0 and "held: batch" in verdict.headline
     (ignored,) = verdict.of("differs")
     assert ignored.severity == "info" and ignored.title.endswith("unexplained [repeat claimed ignore]")
@@ -77,7 +78,7 @@ def test_ignored_axis_is_shown_not_counted(store):
 
 def test_stated_claim_that_nothing_compared_is_not_verified(store):
     run_inline(store, small(repeats=1, modes=["eager"]), "one_gpu")
-    verdict = compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}).verdict
+    verdict = judge(compare_runs(store, ["one_gpu"], expect={"gpu": "bitwise"}))
     (unchecked,) = verdict.of("unverified_claim")
     assert unchecked.severity == "fail" and unchecked.title == (
         "gpu claimed bitwise, but nothing was compared along gpu: all rows have one GPU slot: g0")
@@ -85,8 +86,8 @@ def test_stated_claim_that_nothing_compared_is_not_verified(store):
     assert verdict.headline.startswith(f"NOT VERIFIED (exit 1); {unchecked.title}; ")
     assert "not compared: repeat, gpu (claimed bitwise), mode, phase, run" in verdict.headline
     # a claim the job did not state is only "not compared"; one claimed `ignore` needs nothing
-    assert compare_runs(store, ["one_gpu"]).exit_code == 0
-    assert compare_runs(store, ["one_gpu"], expect={"gpu": "ignore"}).exit_code == 0
+    assert judge(compare_runs(store, ["one_gpu"])).exit_code == 0
+    assert judge(compare_runs(store, ["one_gpu"], expect={"gpu": "ignore"})).exit_code == 0
 
 
 def _known_bugs_but_alone(row):
@@ -102,17 +103,16 @@ def _known_bugs_but_alone(row):
 def test_a_stated_claim_whose_cells_are_all_known_bugs_is_not_verified(store, stated):
     run_inline(store, small(repeats=2, modes=["eager"], **stated), "bugs")
     rewrite_rows(store, "bugs", _known_bugs_but_alone)
-    verdict = compare_runs(store, ["bugs"]).verdict
+    verdict = judge(compare_runs(store, ["bugs"]))
     assert verdict.exit_code == 1 and verdict.label == "NOT VERIFIED"  # repeat held: something was compared
     (unchecked,) = verdict.of("unverified_claim")
     assert unchecked.title == ("batch claimed bitwise, but nothing was compared along batch: the rows that would "
                                "meet did not run (8 known bug)")  # target in mixed and mixed_decode, 2 repeats x 2
     assert unchecked.title in verdict.headline and "held: repeat" in verdict.headline
-    cmp = compare_runs(store, ["bugs"])
-    assert f"claim nothing checked: {unchecked.title}" in terminal_text(cmp)
-    (case,) = [c for c in ET.fromstring(junit_xml(cmp)).iter("testcase") if c.get("name") == "batch bitwise"]
+    assert f"claim nothing checked: {unchecked.title}" in terminal_text(verdict)
+    (case,) = [c for c in ET.fromstring(junit_xml(verdict)).iter("testcase") if c.get("name") == "batch bitwise"]
     assert case.find("failure").get("message") == unchecked.title
-    assert html.escape(unchecked.title) in build_report(store, cmp)
+    assert html.escape(unchecked.title) in build_report(verdict)
     (run,) = history(store).runs
     assert run.verdict == "NOT VERIFIED" and run.unverified == [unchecked.title]
     console = Console(record=True, width=400, color_system=None)
@@ -123,9 +123,9 @@ def test_a_stated_claim_whose_cells_are_all_known_bugs_is_not_verified(store, st
 def test_expect_override_is_stated_and_strict_alone_is_a_note(store):
     run_inline(store, small(repeats=2, modes=["eager"]), "bugs")
     rewrite_rows(store, "bugs", _known_bugs_but_alone)
-    assert compare_runs(store, ["bugs"]).exit_code == 0  # no batch claim stated: batch is only not compared
-    assert compare_runs(store, ["bugs"], expect={"batch": "bitwise"}).verdict.label == "NOT VERIFIED"
-    strict = compare_runs(store, ["bugs"], strict=True).verdict
+    assert judge(compare_runs(store, ["bugs"])).exit_code == 0  # no batch claim stated: batch is only not compared
+    assert judge(compare_runs(store, ["bugs"], expect={"batch": "bitwise"})).label == "NOT VERIFIED"
+    strict = judge(compare_runs(store, ["bugs"], strict=True))
     # --strict claims every axis bitwise, but states no claim of its own: what nothing can meet is a note
     assert strict.exit_code == 0 and strict.label == "REPRODUCIBLE"
     notes = {f.axis: f for f in strict.of("unverified_claim")}
@@ -135,7 +135,7 @@ def test_expect_override_is_stated_and_strict_alone_is_a_note(store):
     assert notes["run"].title.endswith("all rows have one run: bugs")
     assert "not compared: gpu (claimed bitwise)" in strict.headline
     # --strict over a stated claim keeps it stated
-    assert compare_runs(store, ["bugs"], strict=True, expect={"batch": "bitwise"}).verdict.label == "NOT VERIFIED"
+    assert judge(compare_runs(store, ["bugs"], strict=True, expect={"batch": "bitwise"})).label == "NOT VERIFIED"
 
 
 @pytest.mark.parametrize("data", [
@@ -144,9 +144,9 @@ def test_expect_override_is_stated_and_strict_alone_is_a_note(store):
 ])
 def test_a_run_that_compared_nothing_is_not_a_pass(store, data):
     run_inline(store, data, "nothing")
-    verdict = compare_runs(store, ["nothing"]).verdict
+    verdict = judge(compare_runs(store, ["nothing"]))
     assert verdict.exit_code == 1 and verdict.label == "NOT VERIFIED"
     assert "no pair of rows was compared on any claimed axis" in verdict.headline
-    every_axis_ignored = compare_runs(store, ["nothing"], expect=dict.fromkeys(
-        ("repeat", "gpu", "mode", "batch", "run"), "ignore")).verdict
+    every_axis_ignored = judge(compare_runs(store, ["nothing"], expect=dict.fromkeys(
+        ("repeat", "gpu", "mode", "batch", "run"), "ignore")))
     assert every_axis_ignored.exit_code == 1  # ignoring every axis claims nothing: still not a pass

@@ -13,6 +13,7 @@ import pytest
 
 from detrun.errors import DetrunError
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.run import runner
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
@@ -58,7 +59,7 @@ def _assert_complete_and_unique(store: RunStore, run_id: str, spec, gpus: int):
     assert max(counts.values()) == 1, "a row was written twice"
     assert sorted(counts) == sorted(expected_keys(spec, gpus))
     cmp = compare_runs(store, [run_id])
-    assert not cmp.missing and not cmp.duplicates and cmp.exit_code == 0
+    assert not cmp.missing and not cmp.duplicates and judge(cmp).exit_code == 0
 
 
 def test_discovery_counts_alive_gpus_by_accelerator_type(cluster):

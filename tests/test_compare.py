@@ -8,6 +8,7 @@ import os
 import pytest
 
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from tests.helpers import TINY, cli_main, drop_row, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
 FAST = dict(modes=["eager"], repeats=2)
@@ -16,7 +17,7 @@ FAST = dict(modes=["eager"], repeats=2)
 def test_reproducible_run_passes(store):
     run_inline(store, small(**FAST), "r1", gpus=2)
     cmp = compare_runs(store, ["r1"])
-    assert cmp.exit_code == 0 and not cmp.missing
+    assert judge(cmp).exit_code == 0 and not cmp.missing
     status = {(v.request, v.axis): v.status for v in cmp.verdicts}
     assert status[("target", "repeat")] == status[("target", "gpu")] == status[("target", "batch")] == "equal"
 
@@ -25,7 +26,7 @@ def test_one_ulp_flip_fails_with_numbers(store):
     run_inline(store, small(**FAST), "r1")
     flipped = flip_one_ulp(store, "r1", lambda r: r["request"] == "target" and r["repeat"] == 1)
     cmp = compare_runs(store, ["r1"])
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     m = next(m for m in cmp.mismatches if m.axis == "repeat")
     assert m.request == "target" and flipped["key"] in (m.a + m.b)
     assert (m.out.count, m.out.max_ulp, m.out.first_index) == (1, 1, (0, 0, 0))
@@ -37,7 +38,7 @@ def test_missing_row_is_a_failure(store):
     run_inline(store, small(**FAST), "r1")
     gone = drop_row(store, "r1", lambda r: r["key"] == "mixed/long/eager/r0/g0")
     cmp = compare_runs(store, ["r1"])
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     assert cmp.missing == [f"r1:{gone['key']}"]
 
 
@@ -51,15 +52,15 @@ def test_duplicate_rows_are_a_failure(store):
 def test_canary_is_flagged(store):
     run_inline(store, small(reference={"variant": "canary"}, **FAST), "c1")
     cmp = compare_runs(store, ["c1"])
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     assert any(v.axis == "repeat" and v.status == "differs" for v in cmp.verdicts)
 
 
 def test_split_kv_differs_across_batches_and_says_why(store):
     run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4, "num_sms": 4}, **FAST), "s1")
     cmp = compare_runs(store, ["s1"])
-    assert cmp.exit_code == 0  # the plans differ: explained, not a failure ...
-    assert compare_runs(store, ["s1"], strict=True).exit_code == 1  # ... unless strict
+    assert judge(cmp).exit_code == 0  # the plans differ: explained, not a failure ...
+    assert judge(compare_runs(store, ["s1"], strict=True)).exit_code == 1  # ... unless strict
     status = {(v.request, v.axis): v.status for v in cmp.verdicts}
     assert status[("target", "repeat")] == "equal" and status[("target", "batch")] == "explained"
     m = next(m for m in cmp.mismatches if m.request == "target" and m.axis == "batch")
@@ -81,7 +82,7 @@ def test_paged_and_ragged_runs_are_equal_without_a_prefix_and_explained_with_one
 def test_cudagraph_on_cpu_is_skipped_not_passed(store):
     run_inline(store, small(modes=["eager", "cudagraph"], repeats=1), "g1")
     cmp = compare_runs(store, ["g1"])
-    assert cmp.exit_code == 0
+    assert judge(cmp).exit_code == 0
     skipped = [s for s in cmp.not_run if "/cudagraph/" in s[0]]
     assert skipped and all(st == "skipped" and "needs a CUDA device" in why for _, st, why in skipped)
     assert all(v.status == "n/a" for v in cmp.verdicts if v.axis == "mode")
@@ -116,7 +117,7 @@ def test_audit_failure_fails_compare(store):
         r["kernels"] = ["flashinfer::BatchPrefillWithRaggedKVCacheKernel<128>"]
     store.write_rows("a1", "g0-r0-1", rows)
     cmp = compare_runs(store, ["a1"])
-    assert cmp.exit_code == 1 and len(cmp.audit) == len(rows)
+    assert judge(cmp).exit_code == 1 and len(cmp.audit) == len(rows)
 
 
 def test_without_stored_tensors_a_flip_still_fails_but_has_no_numbers(store):
@@ -127,7 +128,7 @@ def test_without_stored_tensors_a_flip_still_fails_but_has_no_numbers(store):
     target["out_digest"] = "0" * 32  # a changed digest with no bytes behind it
     store.write_rows("n1", "g0-r0-1", rows)
     cmp = compare_runs(store, ["n1"])
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     m = next(m for m in cmp.mismatches if m.request == "target")
     assert m.out is None and m.label == "unexplained"
     assert m.no_numbers == ["out: no numbers: run n1 stores no tensors (store_tensors: false)"]
@@ -158,9 +159,9 @@ def test_a_batch_difference_under_another_plan_is_explained_and_fails_when_stric
     run_inline(store, small(reference={"variant": "split_kv", "kv_tile": 4}), "split")
     cmp = compare_runs(store, ["split"])
     batch = [v for v in cmp.verdicts if v.axis == "batch" and v.request == "target"][0]
-    assert batch.status == "explained" and not cmp.failed
+    assert batch.status == "explained" and not judge(cmp).failed
     assert any(m.label == "explained by plan: kv_chunk_size" for m in cmp.mismatches)
-    assert compare_runs(store, ["split"], strict=True).exit_code == 1
+    assert judge(compare_runs(store, ["split"], strict=True)).exit_code == 1
 
 
 def test_a_flipped_bit_or_the_canary_is_unexplained_and_fails(store):
@@ -169,7 +170,7 @@ def test_a_flipped_bit_or_the_canary_is_unexplained_and_fails(store):
     flip_one_ulp(store, "flip", is_alone_target)
     for run in ("flip", "canary"):
         cmp = compare_runs(store, [run])
-        assert cmp.exit_code == 1
+        assert judge(cmp).exit_code == 1
         assert any(m.label == "unexplained" for m in cmp.mismatches)
 
 
@@ -182,5 +183,5 @@ def test_equal_bits_under_different_plans_pass_with_a_note(store):
 
     rewrite_rows(store, "run", replan)
     cmp = compare_runs(store, ["run"])
-    assert not cmp.failed
+    assert not judge(cmp).failed
     assert any("although plans differ" in n and "plan.kv_tile: 64 vs 128" in n for n in cmp.notes)

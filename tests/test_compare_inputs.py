@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.store.runs import RunStore, run_dirs
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
@@ -32,11 +33,11 @@ def test_two_runs_with_one_id_stay_two_runs(tmp_path):
     store, labels = run_dirs("runs", [a, b])
     assert labels == [a, b]
     cmp = compare_runs(store, labels)
-    assert cmp.exit_code == 0 and not cmp.duplicates and cmp.runs == [a, b]
+    assert judge(cmp).exit_code == 0 and not cmp.duplicates and cmp.runs == [a, b]
     assert any(v.axis == "run" and v.status == "equal" for v in cmp.verdicts)
     flip_one_ulp(two, "night", is_alone_target)
     flipped = compare_runs(*run_dirs("runs", [a, b]))
-    assert flipped.exit_code == 1 and not flipped.duplicates
+    assert judge(flipped).exit_code == 1 and not flipped.duplicates
     assert any(m.axis == "run" and m.b.startswith(f"{b}:") for m in flipped.mismatches)
 
 
@@ -51,8 +52,8 @@ def test_a_renamed_run_directory_is_its_own_run(store, tmp_path):
     run_inline(store, small(**TINY), "a")
     shutil.copytree(tmp_path / "runs" / "a", tmp_path / "runs" / "a-copy")
     cmp = compare_runs(store, ["a", "a-copy"])
-    assert cmp.exit_code == 0 and not cmp.duplicates and not cmp.missing
+    assert judge(cmp).exit_code == 0 and not cmp.duplicates and not cmp.missing
     assert sum(v.groups for v in cmp.verdicts if v.axis == "run") > 0
     flip_one_ulp(store, "a-copy", is_alone_target)
     bad = compare_runs(store, ["a", "a-copy"])
-    assert bad.exit_code == 1 and any(m.b.startswith("a-copy:") for m in bad.mismatches if m.axis == "run")
+    assert judge(bad).exit_code == 1 and any(m.b.startswith("a-copy:") for m in bad.mismatches if m.axis == "run")

@@ -15,6 +15,7 @@ import yaml
 
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.judge.history import history, job_of
 from detrun.kernels.backends.base import AttentionBackend
 from detrun.kernels.backends.reference import ReferenceBackend
@@ -84,24 +85,25 @@ def test_decode_rows_carry_phase_and_last_token_digests(store):
 def test_exact_reference_holds_phase_bitwise(store):
     run_inline(store, small(repeats=2, **BOTH), "run")
     cmp = compare_runs(store, ["run"], expect={"phase": "bitwise", "batch": "bitwise"})
-    assert cmp.exit_code == 0 and not cmp.notes  # paged vs decode paths with equal bits: no note per group
+    verdict = judge(cmp)
+    assert verdict.exit_code == 0 and not cmp.notes  # paged vs decode paths with equal bits: no note per group
     phase = {v.request: v for v in cmp.verdicts if v.axis == "phase"}
     assert {v.status for v in phase.values()} == {"equal"} and phase["target"].groups == 2 * 3  # cases x repeats
-    claim = next(c for c in cmp.verdict.claims if c.axis == "phase")
+    claim = next(c for c in verdict.claims if c.axis == "phase")
     assert (claim.level, claim.status) == ("bitwise", "held")
-    assert "phase bitwise" in cmp.verdict.headline.split("held: ")[1]
+    assert "phase bitwise" in verdict.headline.split("held: ")[1]
 
 
 def test_a_one_ulp_flip_of_a_decode_row_breaks_a_bitwise_phase_claim(store, capsys):
     run_inline(store, small(repeats=1, **BOTH), "run")  # sibling is in one case only: only phase compares it
     flipped = flip_one_ulp(store, "run", lambda r: r["key"] == "prefix_shared/sibling/eager+decode/r0/g0")
     rewrite_rows(store, "run", lambda r: r.update(last_out_digest=r["out_digest"]) if r["key"] == flipped["key"] else 0)
-    assert compare_runs(store, ["run"]).exit_code == 0  # explained (the default): paths differ across phases
+    assert judge(compare_runs(store, ["run"])).exit_code == 0  # explained (the default): paths differ across phases
     cmp = compare_runs(store, ["run"], expect={"phase": "bitwise"})
-    verdict = cmp.verdict
+    verdict = judge(cmp)
     assert verdict.exit_code == 1
     (broken,) = verdict.of("broken_claim")
-    assert broken.axis == "phase" and broken.items == ["sibling"] and "path paged vs decode" in broken.title
+    assert broken.axis == "phase" and list(broken.items) == ["sibling"] and "path paged vs decode" in broken.title
     m = next(m for m in cmp.mismatches if m.axis == "phase")
     assert m.a == "run:prefix_shared/sibling/eager/r0/g0" and m.b == f"run:{flipped['key']}"
     assert m.label == "explained by plan: path" and m.why == ["path: paged vs decode"]
@@ -109,15 +111,15 @@ def test_a_one_ulp_flip_of_a_decode_row_breaks_a_bitwise_phase_claim(store, caps
     assert (m.out.count, m.out.total, m.out.max_ulp, m.out.first_index) == (1, 4 * 32, 1, (0, 0, 0))
     assert m.lse is None
     # every presenter shows the phase axis and the failure
-    cases = ET.fromstring(junit_xml(cmp)).iter("testcase")
+    cases = ET.fromstring(junit_xml(verdict)).iter("testcase")
     failed = {(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None}
     assert failed == {("detrun.claim", "phase bitwise"), ("detrun.phase", "sibling")}
-    assert ">phase</text>" in build_report(store, cmp, "decode")
+    assert ">phase</text>" in build_report(verdict, "decode")
     from rich.console import Console
 
     from detrun.present.render import print_comparison
 
-    print_comparison(cmp, Console(width=250, force_terminal=False))
+    print_comparison(verdict, Console(width=250, force_terminal=False))
     out = capsys.readouterr().out
     assert "phase (bitwise)" in out and "sibling differs across phase (1/1 groups), explained by path" in out
 
@@ -126,7 +128,7 @@ def test_split_kv_breaks_batch_in_decode_and_phase_naming_the_plan(store):
     spec = load_spec(JOB, ["reference.variant=split_kv", "modes=[eager]", "repeats=1"])
     run_inline(store, spec.model_dump(mode="json"), "split")
     cmp = compare_runs(store, ["split"])
-    verdict = cmp.verdict
+    verdict = judge(cmp)
     assert verdict.exit_code == 1
     broken = {f.axis: f for f in verdict.of("broken_claim")}
     assert set(broken) == {"batch", "phase"}
@@ -145,7 +147,7 @@ def m_why(m, prefix: str) -> bool:
 def test_decode_job_holds_with_the_exact_reference(store):
     spec = load_spec(JOB, ["modes=[eager]", "repeats=1"])
     run_inline(store, spec.model_dump(mode="json"), "exact")
-    verdict = compare_runs(store, ["exact"]).verdict
+    verdict = judge(compare_runs(store, ["exact"]))
     claims = {c.axis: c for c in verdict.claims}
     assert verdict.exit_code == 0 and claims["phase"].level == claims["batch"].level == "bitwise"
     assert claims["phase"].status == claims["batch"].status == "held" and claims["phase"].groups > 0
@@ -154,15 +156,15 @@ def test_decode_job_holds_with_the_exact_reference(store):
 def test_decode_canary_differs_across_repeats(store):
     run_inline(store, small(phases=["decode"], modes=["eager"], repeats=2, reference={"variant": "canary"}), "c")
     cmp = compare_runs(store, ["c"])
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     assert any(m.axis == "repeat" and m.label == "unexplained" and "+decode" in m.a for m in cmp.mismatches)
 
 
 def test_missing_decode_cell_is_a_failure(store):
     run_inline(store, small(repeats=1, **BOTH), "run")
     gone = drop_row(store, "run", lambda r: r["key"] == "mixed/long/eager+decode/r0/g0")
-    verdict = compare_runs(store, ["run"]).verdict
-    assert verdict.exit_code == 1 and [f.items for f in verdict.of("missing")] == [[f"run:{gone['key']}"]]
+    verdict = judge(compare_runs(store, ["run"]))
+    assert verdict.exit_code == 1 and [list(f.items) for f in verdict.of("missing")] == [[f"run:{gone['key']}"]]
 
 
 def test_a_backend_without_decode_skips_its_decode_cells(monkeypatch):
@@ -193,15 +195,15 @@ def test_old_rows_without_a_phase_column_read_as_prefill_and_compare(store):
     table = store.read_rows(["old"])
     assert set(table.column("phase").to_pylist()) == {"prefill"}
     assert set(table.column("last_out_digest").to_pylist()) == {None}
-    assert compare_runs(store, ["old"]).exit_code == 0
+    assert judge(compare_runs(store, ["old"])).exit_code == 0
     run_inline(store, small(repeats=1, **BOTH), "new")
     cmp = compare_runs(store, ["old", "new"], expect={"run": "bitwise", "phase": "bitwise"})
     status = {(v.request, v.axis): v.status for v in cmp.verdicts}
-    assert cmp.exit_code == 0 and not cmp.missing
+    assert judge(cmp).exit_code == 0 and not cmp.missing
     assert status[("target", "run")] == status[("target", "phase")] == "equal"  # old prefill rows meet new ones
     flip_one_ulp(store, "old", lambda r: r["key"] == "alone/target/eager/r0/g0")  # and are still judged
     _strip(store, "old")
-    assert compare_runs(store, ["old", "new"]).exit_code == 1
+    assert judge(compare_runs(store, ["old", "new"])).exit_code == 1
     # the same job and spec as a prefill-only run made now: history and baselines keep matching
     run_inline(store, small(repeats=1, modes=["eager"]), "now")
     specs = {r: store.manifest(r)["spec"] for r in ("old", "now")}
@@ -210,7 +212,7 @@ def test_old_rows_without_a_phase_column_read_as_prefill_and_compare(store):
     _strip(store, "now")  # a run that passes on its own, stored the old way, as the baseline
     run_inline(store, small(repeats=1, modes=["eager"]), "later")
     set_baseline(store, "now")
-    assert not compare_with_baseline(store, "later").failed
+    assert not judge(*compare_with_baseline(store, "later")).failed
 
 
 # -- isolation and shrink carry the phase

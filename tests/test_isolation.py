@@ -4,6 +4,7 @@ the run completes; known-bug cells run isolated (reproduced, or 'did not reprodu
 import pytest
 
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.run import runner
 from detrun.run.isolation import NOT_REPRODUCED, REPRODUCED, BugSamples, Isolated, ShardBook
 from detrun.spec.matrix import Cell, Shard, expected_keys
@@ -31,7 +32,7 @@ def test_crashing_and_hanging_cells_are_isolated_and_the_rest_compared(ray_2gpu,
     assert by_case["prefix_shared"] == {("error", "isolated: hung: no result after 12 s")}
     assert all(by_case[c] == {("ok", "")} for c in ("alone", "mixed_decode", "prefix_alone"))
     assert "run alone because its shard's process died" in rows["mixed/short/eager/r0/g0"]["reason"]
-    verdict = compare_runs(store, ["crashy"]).verdict
+    verdict = judge(compare_runs(store, ["crashy"]))
     assert verdict.exit_code == 1 and "5 error rows" in verdict.headline  # mixed 3 + prefix_shared 2
     target = next(c for c in verdict.claims if c.axis == "batch")
     assert target.status == "held" and target.groups > 0  # alone vs mixed_decode still compared
@@ -51,7 +52,7 @@ def test_known_bug_cells_run_isolated_once_per_bug(ray_2gpu, store):
     for repeat in (0, 1):  # a bug that did not reproduce lets its other cells run too
         ran = rows[f"prefix_shared/sibling/eager/r{repeat}/g0"]
         assert ran["status"] == "ok" and ran["out_digest"] and ran["reason"].startswith(NOT_REPRODUCED)
-    verdict = compare_runs(store, ["bugs"]).verdict
+    verdict = judge(compare_runs(store, ["bugs"]))
     assert verdict.exit_code == 0
     (fixed,) = verdict.of("known_bug_fixed")
     assert fixed.title.startswith("4 rows ran although marked as a known bug: known bug did not reproduce (fixed?)")

@@ -5,6 +5,7 @@ difference on the same path and plan, or another path for the same cell, is a `m
 import json
 
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from tests.helpers import flip_one_ulp, rewrite_rows, run_inline, small
 
 JOB = dict(modes=["eager"], repeats=1)
@@ -32,13 +33,13 @@ def _pair(store, sglang_path=None):
 
 
 def _model_findings(cmp):
-    return [f for f in cmp.verdict.findings if f.kind == "model_differs"]
+    return [f for f in judge(cmp).findings if f.kind == "model_differs"]
 
 
 def test_equal_bits_of_the_model_and_sglang_pass(store):
     _pair(store)
     cmp = compare_runs(store, ["model", "own"])
-    assert cmp.exit_code == 0 and not _model_findings(cmp)
+    assert judge(cmp).exit_code == 0 and not _model_findings(cmp)
     assert all(v.status == "equal" for v in cmp.verdicts if v.axis == "run" and v.groups)
 
 
@@ -47,9 +48,9 @@ def test_a_one_ulp_flip_on_the_same_path_and_plan_is_a_model_difference(store):
     flip_one_ulp(store, "own", lambda r: r["request"] == "target" and r["case"] == "alone")
     cmp = compare_runs(store, ["model", "own"])
     found = _model_findings(cmp)
-    assert cmp.exit_code == 1 and len(found) == 1
+    assert judge(cmp).exit_code == 1 and len(found) == 1
     assert found[0].cause == "model differs from SGLang 0.5.23: same path and plan"
-    assert "model-vs-SGLang differences" in cmp.verdict.headline
+    assert "model-vs-SGLang differences" in judge(cmp).headline
     m = next(m for m in cmp.mismatches if m.axis == "run")
     assert m.label.startswith("unexplained") and m.out.max_ulp == 1
 
@@ -60,7 +61,7 @@ def test_another_path_for_the_same_cell_is_a_model_difference_not_an_explanation
     cmp = compare_runs(store, ["model", "own"])
     [found] = _model_findings(cmp)
     assert found.cause == "model differs from SGLang 0.5.23: the model took path paged, SGLang ran ragged"
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
 
 
 def test_two_model_runs_on_other_paths_stay_explained(store):

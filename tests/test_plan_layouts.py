@@ -12,7 +12,7 @@ import torch
 from rich.console import Console
 
 from detrun.judge.compare import compare_runs
-from detrun.judge.findings import FAIL, WARN
+from detrun.judge.findings import FAIL, WARN, judge
 from detrun.judge.history import history
 from detrun.kernels.backends.flashinfer import FlashInferBackend
 from detrun.kernels.backends.plan_layouts import (
@@ -96,12 +96,12 @@ def unknown(match=lambda r: True):
     return change
 
 
-def _presenters(store, cmp):
+def _presenters(store, verdict):
     """Terminal, JUnit, HTML and the history line of run `b` all show the plan_unknown finding."""
-    (found,) = cmp.verdict.of("plan_unknown")
+    (found,) = verdict.of("plan_unknown")
     assert found.severity == WARN and found.title.endswith(f"rows with a plan detrun cannot read: {WHY}")
-    assert found.title in terminal_text(cmp) and found.title in junit_text(cmp)
-    assert escape(found.title) in build_report(store, cmp)
+    assert found.title in terminal_text(verdict) and found.title in junit_text(verdict)
+    assert escape(found.title) in build_report(verdict)
     (b,) = [r for r in history(store).runs if r.run_id == "b"]
     console = Console(record=True, width=400, color_system=None)
     print_history(history(store), console)
@@ -117,17 +117,18 @@ def test_rows_with_unknown_plans_that_differ_fail_in_every_presenter(store, caps
     rewrite_rows(store, "b", unknown())
     flip_one_ulp(store, "b", lambda r: r["key"] == "alone/target/eager/r0/g0")
     cmp = compare_runs(store, ["a", "b"], expect={"run": "explained"})
-    found = _presenters(store, cmp)
+    verdict = judge(cmp)
+    found = _presenters(store, verdict)
     assert len(found.items) == 11 and "b:alone/target/eager/r0/g0" in found.items
-    differs = {f.axis: f for f in cmp.verdict.of("differs")}  # plans differ (a's read, b's not): no explanation
+    differs = {f.axis: f for f in verdict.of("differs")}  # plans differ (a's read, b's not): no explanation
     assert set(differs) == {"run", "batch"} and differs["run"].request == "target"
     assert differs["run"].severity == FAIL and differs["run"].cause == "unexplained"
     labels = {m.axis: m for m in cmp.mismatches}
     assert labels["run"].label == f"unexplained (plan unknown: {WHY})" and not labels["run"].explained
     assert labels["batch"].why == [f"unexplained: same path and environment, plans unknown ({WHY})"]
-    assert {f.axis for f in cmp.verdict.of("broken_claim")} == {"batch", "run"} and cmp.exit_code == 1
-    root = ET.fromstring(junit_xml(cmp))
-    assert int(root.get("failures")) == len([f for f in cmp.verdict.findings if f.severity == FAIL])
+    assert {f.axis for f in verdict.of("broken_claim")} == {"batch", "run"} and verdict.exit_code == 1
+    root = ET.fromstring(junit_xml(verdict))
+    assert int(root.get("failures")) == len([f for f in verdict.findings if f.severity == FAIL])
     code, out, _ = cli_main(capsys, "compare", "a", "b", "--runs-root", store.root)
     assert code == 1 and "plan unknown" in out
 
@@ -137,18 +138,19 @@ def test_equal_bits_with_unknown_plans_pass_but_the_finding_is_shown(store):
     run_inline(store, small(repeats=1, modes=["eager"]), "b")
     rewrite_rows(store, "b", unknown())
     cmp = compare_runs(store, ["a", "b"])
-    found = _presenters(store, cmp)
-    assert cmp.exit_code == 0 and not cmp.verdict.of("differs") and len(found.items) == 11
+    verdict = judge(cmp)
+    found = _presenters(store, verdict)
+    assert verdict.exit_code == 0 and not verdict.of("differs") and len(found.items) == 11
     assert not cmp.notes  # not "equal although plans differ": an unknown plan is not known to differ
-    assert "warnings: 11 plan unknown" in cmp.verdict.headline and "not checked" not in cmp.verdict.headline
+    assert "warnings: 11 plan unknown" in verdict.headline and "not checked" not in verdict.headline
 
 
 def test_an_unknown_plan_no_longer_explains_a_batch_difference(store):
     run_inline(store, small(modes=["eager"], **SPLIT), "b")  # batch differences explained by kv_chunk_size
-    before = compare_runs(store, ["b"])
-    assert before.exit_code == 0 and before.verdict.of("explained") and not before.verdict.of("differs")
+    before = judge(compare_runs(store, ["b"]))
+    assert before.exit_code == 0 and before.of("explained") and not before.of("differs")
     rewrite_rows(store, "b", unknown(lambda r: r["case"] == "mixed"))
-    after = compare_runs(store, ["b"])
-    assert after.exit_code == 1 and {f.axis for f in after.verdict.of("differs")} == {"batch"}
-    assert {f.request for f in after.verdict.of("differs")} == {"target"}  # target is in alone and mixed
-    assert all(k.startswith("b:mixed/") for k in after.verdict.of("plan_unknown")[0].items)
+    after = judge(compare_runs(store, ["b"]))
+    assert after.exit_code == 1 and {f.axis for f in after.of("differs")} == {"batch"}
+    assert {f.request for f in after.of("differs")} == {"target"}  # target is in alone and mixed
+    assert all(k.startswith("b:mixed/") for k in after.of("plan_unknown")[0].items)

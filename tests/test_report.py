@@ -10,7 +10,8 @@ import zlib
 import pytest
 
 from detrun.judge.claims import AXIS_NAMES
-from detrun.judge.compare import collapse, compare_runs
+from detrun.judge.compare import compare_runs
+from detrun.judge.findings import collapse, judge
 from detrun.present.junit import junit_xml
 from detrun.present.report import COLOURS, build_report
 from tests.helpers import TINY, drop_row, flip_one_ulp, is_alone_target, run_inline, small, terminal_text
@@ -30,9 +31,9 @@ def test_junit_counts_every_comparison_claim_and_finding_once(store):
     flip_one_ulp(store, "run", is_alone_target)
     gone = drop_row(store, "run", lambda r: r["key"] == "mixed/long/eager/r1/g0")
     cmp = compare_runs(store, ["run"])
-    root, suite, cases = _cases(junit_xml(cmp, "nightly"))
+    root, suite, cases = _cases(junit_xml(judge(cmp), "nightly"))
     pairs = collapse(cmp.verdicts)
-    others = [f for f in cmp.verdict.findings if f.kind not in ("differs", "explained", "broken_claim")]
+    others = [f for f in judge(cmp).findings if f.kind not in ("differs", "explained", "broken_claim")]
     axes = len(AXIS_NAMES)
     assert len(cases) == axes + axes * len(pairs) + len(others) == int(suite.get("tests")) == int(root.get("tests"))
     failures = [c for c in cases if c.find("failure") is not None]
@@ -47,7 +48,7 @@ def test_junit_counts_every_comparison_claim_and_finding_once(store):
     # n/a comparisons, the claims nothing was compared along (gpu, mode, phase, run), the cells skipped on CPU
     assert len(skipped) == int(suite.get("skipped")) == n_a + 4 + 1
     assert "cudagraph mode needs a CUDA device" in skipped[-1].find("skipped").text
-    strict = _cases(junit_xml(compare_runs(store, ["run"], strict=True)))[1]
+    strict = _cases(junit_xml(judge(compare_runs(store, ["run"], strict=True))))[1]
     assert int(strict.get("failures")) > 3  # explained differences fail when strict
 
 
@@ -64,32 +65,32 @@ def _table_row(text, request):
 def test_a_difference_that_breaks_a_claim_is_red_and_says_so_everywhere(store):
     split = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=1, modes=["eager"])
     run_inline(store, small(expect={"batch": "bitwise"}, **split), "bitwise")
-    cmp = compare_runs(store, ["bitwise"])
-    assert cmp.exit_code == 1
-    cell = cmp.verdict.cells["target"]["batch"]
+    verdict = judge(compare_runs(store, ["bitwise"]))
+    assert verdict.exit_code == 1
+    cell = verdict.cells["target"]["batch"]
     assert (cell.state, cell.text) == ("breaks", "breaks bitwise 1/1")
-    assert "breaks bitwise 1/1" in _table_row(terminal_text(cmp), "target")
-    html = build_report(store, cmp)
+    assert "breaks bitwise 1/1" in _table_row(terminal_text(verdict), "target")
+    html = build_report(verdict)
     status, fill, tip = _heatmap(html)[("target", "batch")]
     assert (status, fill) == ("breaks", COLOURS["breaks"]) and tip.startswith("target / batch: breaks bitwise 1/1")
     summary = re.search(r"<p id='summary'>([^<]+)</p>", html).group(1)
     assert "request x axis: 2 breaks bitwise, " in summary  # target and target_p
     # the same difference, not claimed bitwise: explained, yellow; equal is green and not compared grey
     run_inline(store, small(**dict(split, repeats=2)), "explained")
-    cmp = compare_runs(store, ["explained"])
-    assert cmp.exit_code == 0 and cmp.verdict.cells["target"]["batch"].text == "explained 2/2"
-    heat = _heatmap(build_report(store, cmp))
+    verdict = judge(compare_runs(store, ["explained"]))
+    assert verdict.exit_code == 0 and verdict.cells["target"]["batch"].text == "explained 2/2"
+    heat = _heatmap(build_report(verdict))
     assert heat[("target", "batch")][:2] == ("explained", COLOURS["explained"]) == ("explained", "#f0b400")
     assert heat[("long", "batch")][:2] == ("n/a", COLOURS["n/a"]) and heat[("target", "repeat")][:2] == (
         "equal", COLOURS["equal"])
-    assert "breaks" not in _table_row(terminal_text(cmp), "target")
+    assert "breaks" not in _table_row(terminal_text(verdict), "target")
 
 
 def test_junit_error_rows_are_errors(store):
     run_inline(store, small(**TINY), "run")
     cmp = compare_runs(store, ["run"])
     cmp.errors.append(("run:alone/target/eager/r0/g0", "RuntimeError: boom"))
-    root, suite, cases = _cases(junit_xml(cmp))
+    root, suite, cases = _cases(junit_xml(judge(cmp)))
     assert int(suite.get("errors")) == 1 == len([c for c in cases if c.find("error") is not None])
     assert int(suite.get("failures")) == 0
 
@@ -151,14 +152,13 @@ def test_report_renders_in_chromium(store, tmp_path):
     flip_one_ulp(store, "run", is_alone_target)
     cmp = compare_runs(store, ["run"])
     html = tmp_path / "report.html"
-    html.write_text(build_report(store, cmp, "nightly"))
+    html.write_text(build_report(judge(cmp), "nightly"))
     text = html.read_text()
     assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "<script" not in text
     dom = _chromium(tmp_path, html, "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     rendered = dom.stdout
     assert '<svg id="heatmap"' in rendered and '<svg id="ulp-plot"' in rendered
-    from detrun.judge.compare import collapse
     cells = len(collapse(cmp.verdicts)) * len(AXIS_NAMES)
     assert rendered.count('class="cell"') == cells
     assert rendered.count('data-status="breaks"') == 1 and 'data-status="explained"' in rendered

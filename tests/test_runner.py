@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.run import runner
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
@@ -51,7 +52,7 @@ def test_submit_on_two_gpu_slots_runs_a_fresh_worker_per_task_with_the_flag(ray_
     assert all(json.loads(r["flags"])[FLAG] == "1" and r["use_paged"] for r in rows)
     assert all(r["path"] == "paged" and r["node_id"] for r in rows)
     cmp = compare_runs(store, [result.run_id])
-    assert cmp.exit_code == 0
+    assert judge(cmp).exit_code == 0
     assert {v.status for v in cmp.verdicts if v.axis == "gpu"} == {"equal"}
     assert store.manifest(result.run_id)["status"] == "complete"
 

@@ -12,6 +12,7 @@ import yaml
 
 from detrun.errors import DetrunError
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.spec.model import load_spec, spec_from_dict
 from detrun.spec.sglang import PROFILES, citations, effective_knobs, profile_values
 from tests.helpers import cli_main, one_line, run_inline, small
@@ -194,10 +195,10 @@ def test_rows_carry_the_knobs_and_the_verdict_names_the_profile(store):
     rows = [r for f in store.row_files("r1") for r in pq.read_table(f, filesystem=store.fs).to_pylist()]
     knobs = {r["knobs"] for r in rows}
     assert len(knobs) == 1 and json.loads(knobs.pop())["profile"] == "sglang-0.5.10-deterministic"
-    headline = compare_runs(store, ["r1"]).verdict.headline
+    headline = judge(compare_runs(store, ["r1"])).headline
     assert "ran: reference torch-exact (sglang-0.5.10-deterministic)" in headline
     run_inline(store, small(backend="reference", modes=["eager"], repeats=1), "r2")
-    assert "(sglang" not in compare_runs(store, ["r2"]).verdict.headline
+    assert "(sglang" not in judge(compare_runs(store, ["r2"])).headline
 
 
 def test_a_run_stored_before_these_fields_is_the_same_spec_and_job(store):

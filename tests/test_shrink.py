@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.run.shrink import case_name, failing_pair, inline_trial, job_text, shrink
 from detrun.spec.model import spec_from_dict
 from tests.helpers import flip_one_ulp, run_inline, small
@@ -59,8 +60,8 @@ def test_shrink_reaches_the_target_beside_one_request(store):
     written = spec_from_dict(yaml.safe_load(text), "found.yaml")
     assert written == spec and written.expect == {"batch": "bitwise"} and written.repeats == 1
     run_inline(store, written.model_dump(mode="json"), "found")
-    verdict = compare_runs(store, ["found"]).verdict
-    assert verdict.exit_code == 1 and verdict.of("broken_claim")[0].items == ["target"]
+    verdict = judge(compare_runs(store, ["found"]))
+    assert verdict.exit_code == 1 and list(verdict.of("broken_claim")[0].items) == ["target"]
 
 
 @pytest.mark.parametrize("members, name", [

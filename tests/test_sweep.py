@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.errors import DetrunError
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from detrun.judge.history import job_of
 from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import run_inline, small
@@ -117,11 +118,11 @@ def test_sweep_finds_the_split_kv_batch_variance(store):
     spec = load_spec("jobs/sweep.yaml")
     assert {"bs8", "mix3", "pl16_filled", "pl17_alone"} <= set(spec.cases)
     run_inline(store, spec.model_dump(mode="json"), "sweep")
-    verdict = compare_runs(store, ["sweep"]).verdict
+    verdict = judge(compare_runs(store, ["sweep"]))
     assert verdict.exit_code == 1 and verdict.headline.startswith("DETERMINISM FAILURE (exit 1); batch claimed bitwise")
     differ = set(verdict.of("broken_claim")[0].items)
     assert {"bs_target", "mix_target"} <= differ and "held: repeat" in verdict.headline
-    exact = compare_runs(store, ["sweep"], expect={"batch": "explained"}).verdict
+    exact = judge(compare_runs(store, ["sweep"], expect={"batch": "explained"}))
     assert exact.exit_code == 0  # every difference is the split's plan: explained, none unexplained
 
 

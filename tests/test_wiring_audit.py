@@ -6,6 +6,7 @@ flag SGLang read otherwise or a row without its wiring fails the verdict (exit 1
 import json
 
 from detrun.judge.compare import compare_runs
+from detrun.judge.findings import judge
 from tests.helpers import junit_text, rewrite_rows, run_inline, small, terminal_text
 
 JOB = dict(modes=["eager"], repeats=1)  # the flag on (small's env): SGLang's eager EXTEND runs paged
@@ -33,7 +34,7 @@ def _target_alone(r):
 
 def test_rows_wired_as_sglang_s_rule_says_pass(store):
     cmp = _sglang_run(store)
-    assert not cmp.wiring and cmp.exit_code == 0
+    assert not cmp.wiring and judge(cmp).exit_code == 0
 
 
 def test_a_wrapper_run_without_a_plan_for_its_batch_fails_in_every_presenter(store):
@@ -41,14 +42,15 @@ def test_a_wrapper_run_without_a_plan_for_its_batch_fails_in_every_presenter(sto
         if _target_alone(r):
             r["wiring"] = json.dumps(_wiring(stale=["prefill_ragged"]))
     cmp = _sglang_run(store, stale)
-    assert cmp.exit_code == 1
+    verdict = judge(cmp)
+    assert verdict.exit_code == 1
     [line] = [w for w in cmp.wiring if "ran without a plan" in w]
     assert line.startswith("own:alone/target/eager/r0/g0: EXTEND eager: wrapper prefill_ragged ran without a plan")
     # the same row's path (paged) also disagrees with what ran (paged and ragged): two problems
     assert any("the row says path paged but the wrappers that ran are prefill_paged[0], prefill_ragged" in w
                for w in cmp.wiring)
-    assert "2 wiring audit failures" in cmp.verdict.headline
-    assert line in terminal_text(cmp) and line in junit_text(cmp)
+    assert "2 wiring audit failures" in verdict.headline
+    assert line in terminal_text(verdict) and line in junit_text(verdict)
 
 
 def test_sglang_reading_the_flag_otherwise_than_the_task_had_it_fails(store):
@@ -56,7 +58,7 @@ def test_sglang_reading_the_flag_otherwise_than_the_task_had_it_fails(store):
         if _target_alone(r):
             r["use_paged"] = False
     cmp = _sglang_run(store, misread)
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     assert any("SGLang read SGLANG_FLASHINFER_USE_PAGED as False, the task's environment had it True" in w
                for w in cmp.wiring)
 
@@ -68,7 +70,7 @@ def test_a_ragged_run_where_the_flag_says_paged_breaks_the_rule(store):
             r["wiring"] = json.dumps(dict(_wiring(), use_ragged=True, planned=["prefill_ragged"],
                                           ran=["prefill_ragged"]))
     cmp = _sglang_run(store, ragged)
-    assert cmp.exit_code == 1
+    assert judge(cmp).exit_code == 1
     assert any("path ragged, but SGLang 0.5.23's rule says use_ragged=False (flag on, deterministic off)" in w
                for w in cmp.wiring)
 
@@ -78,4 +80,4 @@ def test_an_sglang_row_without_its_wiring_fails(store):
         if _target_alone(r):
             r["wiring"] = ""
     cmp = _sglang_run(store, none)
-    assert cmp.exit_code == 1 and any("no wiring recorded" in w for w in cmp.wiring)
+    assert judge(cmp).exit_code == 1 and any("no wiring recorded" in w for w in cmp.wiring)

@@ -1,6 +1,7 @@
-"""The verdict: rows read as columns (columnar.py), compared (compare.py, diffstats.py, audit.py) and
-judged against the claims (claims.py, findings.py); baselines (baseline.py) and history (history.py);
-what compare, report and baseline are asked (requests.py).
+"""The verdict: rows read as columns (columnar.py), compared (compare.py, diffstats.py, audit.py: a Comparison)
+and judged once against the claims (claims.py, findings.judge) into the frozen Verdict every presenter reads
+(verdict.py); baselines (baseline.py) and history (history.py); what compare, report and baseline are asked
+(requests.py).
 
 May import: the base modules, detrun.spec, detrun.store and the torch-free detrun.kernels.paths and
 detrun.kernels.backends.plan_layouts. No torch, no ray."""

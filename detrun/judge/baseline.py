@@ -2,7 +2,9 @@
 
 Stored as <runs_root>/baselines/<spec name>/<fingerprint>.json. A run is compared bitwise against
 the baseline of its own fingerprint; where none matches, against the nearest one, with the fields
-that differ named (so a changed flashinfer version is a stated reason, not a silent verdict).
+that differ named (so a changed flashinfer version is a stated reason, not a silent verdict). What was
+compared with what is a BaselineContext, judged with the comparison (findings.judge); verdict_of is what
+compare, submit and report ask.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from ..store.status import RunStatus
 from .claims import Checks
 from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs
+from .findings import judge
 from .requests import BaselineRequest
+from .verdict import BaselineContext, Verdict
 
 _DIR = "baselines"
 
@@ -48,7 +52,7 @@ def set_baseline(store: RunStore, run_id: str, force: bool = False) -> List[dict
         if manifest.get("status") != RunStatus.COMPLETE:
             raise DetrunError(
                 f"run {run_id} is {manifest.get('status')}, not complete; a baseline must be (or --force)")
-        if compare_runs(store, [run_id]).failed:
+        if judge(compare_runs(store, [run_id])).failed:
             raise DetrunError(f"run {run_id} is not reproducible on its own; a baseline must pass (or --force)")
     fingerprints = run_fingerprints(store, [run_id])
     if not fingerprints:
@@ -147,7 +151,8 @@ def backend_changes(cols: Columns, base_runs: Sequence[str], run_id: str) -> Lis
             for (name, old, new), cells in sorted(changes.items())]
 
 
-def compare_with_baseline(store: RunStore, run_id: str, checks: Checks = Checks()) -> Comparison:
+def compare_with_baseline(store: RunStore, run_id: str,
+                          checks: Checks = Checks()) -> Tuple[Comparison, BaselineContext]:
     """Compare run_id with the baseline(s) of its fingerprint(s); the context says what met what, a
     nearest-fingerprint baseline is provisional, and a changed backend, kernel family or path fails."""
     name = _spec_name(store, run_id)
@@ -158,26 +163,29 @@ def compare_with_baseline(store: RunStore, run_id: str, checks: Checks = Checks(
         _same_spec(store, run_id, base)
     cols = read_columns(store, [*base_runs, run_id])
     cmp = compare_columns(cols, checks.details, checks.strict, dict(checks.expect))
-    cmp.baseline = base_runs[0] if base_runs else None
-    cmp.baseline_context = [m.describe() for m in matches]
-    cmp.provisional = [line for line in (m.provisional() for m in matches) if line]
-    cmp.require_baseline = checks.require_baseline
-    if not baselines:
-        cmp.no_baseline = f"no baseline set for spec {name}: compared within the run only"
-    if base_runs:
-        cmp.backend_changes = backend_changes(cols, base_runs, run_id)
-    return cmp
+    context = BaselineContext(
+        base_runs[0] if base_runs else None, tuple(m.describe() for m in matches),
+        tuple(line for line in (m.provisional() for m in matches) if line),
+        "" if baselines else f"no baseline set for spec {name}: compared within the run only",
+        checks.require_baseline, tuple(backend_changes(cols, base_runs, run_id)) if base_runs else ())
+    return cmp, context
 
 
-def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Comparison:
-    """What compare, submit and report check: the runs among themselves, or one run against its baseline."""
+def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Tuple[Comparison, BaselineContext]:
+    """What compare, submit and report check: the runs among themselves (an empty baseline context), or one
+    run against its baseline."""
     if not checks.baseline:
         if checks.require_baseline:
             raise DetrunError("--require-baseline goes with --baseline")
-        return compare_runs(store, runs, checks.details, checks.strict, dict(checks.expect))
+        return compare_runs(store, runs, checks.details, checks.strict, dict(checks.expect)), BaselineContext()
     if len(runs) != 1:
         raise DetrunError(f"--baseline compares one run against its baseline, got {len(runs)} runs")
     return compare_with_baseline(store, runs[0], checks)
+
+
+def verdict_of(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Verdict:
+    """The runs compared (comparison) and judged once: the Verdict every presenter reads."""
+    return judge(*comparison(store, runs, checks))
 
 
 def baseline_set(req: BaselineRequest) -> List[dict]:

@@ -5,7 +5,8 @@ axis are grouped. Rows of a group with the same recorded plan, path and environm
 output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
 "explained", and an equality between them is noted. Along the phase axis a prefill row and a decode row
 are compared on their last query token (last_out_digest, last_lse_digest). Whether a difference fails
-is decided by the claims (claims.py) in findings.judge. Reads Arrow only.
+is decided by the claims (claims.py) in findings.judge, which turns this Comparison into the Verdict; nothing
+here judges. Reads Arrow only.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..envflags import parse_bool
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences
+from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
 from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
-from ..spec.model import folded_request, spec_from_dict
+from ..spec.model import spec_from_dict
 from ..spec.sglang import USE_PAGED_FLAG, profile_label
 from ..store.runs import RunStore
 from ..store.status import RunStatus, Status
@@ -40,7 +41,6 @@ AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batc
 LAST = "phase"  # the axis compared on the last query token's digests
 ENV_FIELDS = FINGERPRINT_FIELDS
 PLAN_COLUMNS = ("backend", "attn", "path")
-RANK = {"n/a": 0, "equal": 1, "explained": 2, "differs": 3}
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Mismatch:
         return not self.label.startswith("unexplained")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AxisVerdict:
     request: str
     axis: str
@@ -69,11 +69,13 @@ class AxisVerdict:
     rows: int = 0
     differing_groups: int = 0  # groups with an unexplained difference
     explained_groups: int = 0  # groups whose only differences are explained by plan or environment
-    causes: Dict[str, str] = field(default_factory=dict)  # explaining field -> first example ("512 vs 8192")
+    causes: Mapping[str, str] = field(default_factory=dict)  # explaining field -> first example ("512 vs 8192")
 
 
 @dataclass
 class Comparison:
+    """What compare found in the rows, before any judging (findings.judge makes the Verdict of it)."""
+
     runs: List[str]
     rows: int = 0
     verdicts: List[AxisVerdict] = field(default_factory=list)
@@ -91,34 +93,10 @@ class Comparison:
     backends: List[str] = field(default_factory=list)  # "backend attn" of the rows that ran
     audit_groups: int = 0  # (run, path, plan) of flashinfer rows
     unaudited: List[Tuple[str, str]] = field(default_factory=list)  # (group, why) with no kernels recorded
-    baseline: Optional[str] = None  # the baseline run compared against, if any
-    baseline_context: List[str] = field(default_factory=list)  # what was compared to what, and why not
-    provisional: List[str] = field(default_factory=list)  # nearest-fingerprint baselines, said as such
-    no_baseline: str = ""  # set when a baseline was asked for and the spec has none
-    require_baseline: bool = False  # a provisional or missing baseline fails
-    backend_changes: List[str] = field(default_factory=list)  # backend/attn/path changed against the baseline
     plan_unknown: List[Tuple[str, str]] = field(default_factory=list)  # (run:key, why) of rows whose plan was not read
     profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (spec/sglang.py)
     uncompared: Dict[str, str] = field(default_factory=dict)  # claimed axis with no group -> why nothing met
-
-    @property
-    def strict(self) -> bool:
-        return all(level == "bitwise" for level in self.claims.levels.values())
-
-    @property
-    def verdict(self):
-        """The judged verdict (findings.judge): claims, findings, exit code, headline."""
-        from .findings import judge
-
-        return judge(self)
-
-    @property
-    def failed(self) -> bool:
-        return self.verdict.failed
-
-    @property
-    def exit_code(self) -> int:
-        return self.verdict.exit_code
+    environment: Dict[str, Dict[str, object]] = field(default_factory=dict)  # fingerprint -> its fields (all rows)
 
 
 MODEL, SGLANG = "flashinfer", "sglang"  # detrun's model of SGLang, and SGLang's own backend
@@ -315,9 +293,10 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
 class _GroupJudge:
     """Judges the groups of one request along one axis; records up to max_details mismatches."""
 
-    def __init__(self, result: Comparison, verdict: AxisVerdict, blobs: _Blobs, max_details: int):
-        self.result, self.verdict, self.blobs = result, verdict, blobs
-        self.axis, self.request = verdict.axis, verdict.request
+    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, max_details: int):
+        self.result, self.blobs = result, blobs
+        self.axis, self.request = axis, request
+        self.causes: Dict[str, str] = {}  # explaining field -> first example ("512 vs 8192")
         self.left = max_details
         self.last = self.axis == LAST
 
@@ -354,7 +333,7 @@ class _GroupJudge:
                     explained = True
                     found = cause(reps[0], r)
                     if found is not None:  # explained: a plan or environment field differs
-                        self.verdict.causes.setdefault(found[1], found[2])
+                        self.causes.setdefault(found[1], found[2])
                 self._record(reps[0], r, explain(reps[0], r), tag)
             # along phase the plans always differ (prefill's path, planner and kernel are never decode's):
             # equal bits there are what phase claims, not worth a note; an unknown plan is its own finding
@@ -364,27 +343,6 @@ class _GroupJudge:
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} "
                     f"({'; '.join(explain(reps[0], r))})")
         return unexplained, explained
-
-
-def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict]]:
-    """request -> axis -> verdict, copies (name#i) folded into one row (name#*) with the worst verdict."""
-    rows: Dict[str, Dict[str, AxisVerdict]] = defaultdict(dict)
-    for v in verdicts:
-        name = folded_request(v.request)
-        cur = rows[name].get(v.axis)
-        if cur is None:
-            rows[name][v.axis] = AxisVerdict(name, v.axis, v.status, v.groups, v.rows,
-                                             v.differing_groups, v.explained_groups, dict(v.causes))
-            continue
-        cur.groups += v.groups
-        cur.rows += v.rows
-        cur.differing_groups += v.differing_groups
-        cur.explained_groups += v.explained_groups
-        for why, example in v.causes.items():
-            cur.causes.setdefault(why, example)
-        if RANK[v.status] > RANK[cur.status]:
-            cur.status = v.status
-    return rows
 
 
 def _order(r: dict, order: Dict[str, int]) -> tuple:
@@ -546,6 +504,15 @@ def _wiring_problems(wiring_json: str, flag: bool, read: bool, det: bool, mode: 
         return problems + [f"not audited: {exc}"]
 
 
+def _environment(cols: Columns) -> Dict[str, Dict[str, object]]:
+    """fingerprint -> its fields, for every fingerprint recorded in the rows (of any status)."""
+    if not cols.n:
+        return {}
+    _, first = np.unique(cols.codes("fingerprint"), return_index=True)
+    rows = cols.rows_in_memory(np.sort(first))
+    return {r["fingerprint"]: fingerprint_fields(r) for _, r in sorted(rows.items()) if r["fingerprint"]}
+
+
 def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
     rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
@@ -586,6 +553,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
     result.profiles = sorted({p for p in (profile_label(s.get("sglang")) for s in specs) if p})
     result.rows = cols.n
+    result.environment = _environment(cols)
     _check_cells(cols, result)
     ok = _statuses(cols, result)
     _ran(cols, ok, result)
@@ -617,20 +585,20 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
         for axis, col in AXES.items():
             groups, nrows, _ = per_axis[axis]
             judged_rows = judged_sets[axis]
-            verdict = AxisVerdict(request, axis, "n/a", int(groups[code]), int(nrows[code]))
-            judge = _GroupJudge(result, verdict, blobs, max_details)
+            judge = _GroupJudge(result, request, axis, blobs, max_details)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged_rows:
                     members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
+            differing = explained_only = 0
             for group in members.values():
                 unexplained, explained = judge(group)
-                verdict.differing_groups += unexplained
-                verdict.explained_groups += explained and not unexplained
-            if verdict.groups:
-                verdict.status = ("differs" if verdict.differing_groups else
-                                  "explained" if verdict.explained_groups else "equal")
-            result.verdicts.append(verdict)
+                differing += unexplained
+                explained_only += explained and not unexplained
+            status = ("n/a" if not groups[code] else "differs" if differing else
+                      "explained" if explained_only else "equal")
+            result.verdicts.append(AxisVerdict(request, axis, status, int(groups[code]), int(nrows[code]),
+                                               differing, explained_only, judge.causes))
     claimed = [a for a in AXES if result.claims.required(a) or result.claims.strict]
     result.uncompared = _uncompared(cols, [a for a in claimed if not per_axis[a][0].sum()])
     return result

@@ -1,108 +1,59 @@
-"""One findings model: a Comparison judged against its claims, read by every presenter.
+"""Judging: a Comparison under its claims (and the baseline context) made into the one Verdict (verdict.py).
 
-judge(cmp) turns what compare found (verdicts per request and axis, mismatches, missing cells, rows
-that errored, audits, baseline context) into Findings with a severity, claim results per axis, one
-exit code and one headline. Terminal, JUnit, HTML and history print these and nothing else, so
-nothing the exit code counts can be missing from any of them.
+judge(cmp, baseline) folds what compare found per request copy and axis into the request x axis table,
+turns verdicts, mismatches, missing cells, rows that errored, audits and the baseline context into Findings
+with a severity, claim results per axis, one exit code and one headline. Every presenter prints that Verdict
+and nothing else, so nothing the exit code counts can be missing from any of them. A command judges once.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
-from ..errors import EXIT_MISMATCH, EXIT_OK
+from ..errors import ExitCode
 from ..spec.model import folded_request
 from ..store.status import Status
 from .claims import AXIS_NAMES
+from .compare import AxisVerdict, Comparison, Mismatch
+from .verdict import (
+    FAIL,
+    FAILURE,
+    INFO,
+    KINDS,
+    NOT_VERIFIED,
+    REPRODUCIBLE,
+    WARN,
+    BaselineContext,
+    Cell,
+    ClaimResult,
+    Finding,
+    Verdict,
+)
 
-if TYPE_CHECKING:
-    from .compare import AxisVerdict, Comparison, Mismatch
-
-FAIL, WARN, INFO = "fail", "warn", "info"
 MODEL_DIFFERS = "model differs from SGLang"  # compare.model_differs' words, in a mismatch's label
-
-# kind -> what a presenter calls it (in display order)
-KINDS: Dict[str, str] = {
-    "broken_claim": "broken claim",
-    "nothing_compared": "nothing compared",
-    "differs": "unexplained difference",
-    "explained": "explained difference",
-    "backend_changed": "backend changed against the baseline",
-    "missing": "missing cell",
-    "duplicate": "duplicate rows",
-    "error": "rows that errored",
-    "audit": "kernel audit failure",
-    "wiring": "wiring audit failure (what SGLang planned, ran and its rule)",
-    "model_differs": "model differs from SGLang",
-    "plan_unknown": "plan unknown (a plan layout detrun cannot read)",
-    "provisional_baseline": "provisional: no baseline for this fingerprint",
-    "no_baseline": "no baseline",
-    "not_audited": "not audited",
-    "known_bug": "known bug",
-    "known_bug_fixed": "known bug did not reproduce (fixed?)",
-    "skipped": "skipped (not run)",
-    "unverified_claim": "claim nothing checked",
-    "incomplete_run": "run not complete",
-    "note": "equal although plans differ",
-}
+RANK = {"n/a": 0, "equal": 1, "explained": 2, "differs": 3}
 
 
-# Warnings about rows that were compared (a known bug that ran fine, a plan detrun cannot read, a run left
-# incomplete): said as warnings, never as "not checked". Every other warning is something not checked.
-COMPARED_WARNINGS = ("known_bug_fixed", "plan_unknown", "incomplete_run")
+def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict]]:
+    """request -> axis -> verdict, copies (name#i) folded into one row (name#*) with the worst verdict."""
+    folded: Dict[Tuple[str, str], List[AxisVerdict]] = defaultdict(list)
+    for v in verdicts:
+        folded[(folded_request(v.request), v.axis)].append(v)
+    rows: Dict[str, Dict[str, AxisVerdict]] = defaultdict(dict)
+    for (name, axis), vs in folded.items():
+        causes: Dict[str, str] = {}
+        for v in vs:
+            for why, example in v.causes.items():
+                causes.setdefault(why, example)
+        worst = max(vs, key=lambda v: RANK[v.status])  # the first of the worst
+        rows[name][axis] = AxisVerdict(name, axis, worst.status, sum(v.groups for v in vs), sum(v.rows for v in vs),
+                                       sum(v.differing_groups for v in vs), sum(v.explained_groups for v in vs),
+                                       causes)
+    return rows
 
 
-@dataclass
-class Finding:
-    kind: str
-    severity: str  # fail | warn | info
-    title: str  # one line
-    axis: str = ""
-    request: str = ""
-    cause: str = ""  # what the difference is explained by, or the reason a cell did not run
-    items: List[str] = field(default_factory=list)  # cells or keys involved
-    examples: List[str] = field(default_factory=list)  # recorded mismatches with their numbers (lines)
-
-    @property
-    def label(self) -> str:
-        return KINDS[self.kind]
-
-    @property
-    def detail(self) -> str:
-        return "\n".join(self.examples)
-
-    @property
-    def tag(self) -> str:
-        """What it does to the verdict: a failure | not checked | a warning (on compared rows) | noted."""
-        if self.severity == WARN:
-            return "a warning" if self.kind in COMPARED_WARNINGS else "not checked"
-        return "a failure" if self.severity == FAIL else "noted"
-
-
-@dataclass
-class Cell:
-    """One request x axis as every presenter shows it: its state (the colour) and its words, from the
-    axis' verdict under the axis' claim. breaks: its difference fails the claim (red); explained or
-    ignored: a difference that counts for nothing (yellow); equal (green); n/a: not compared (grey)."""
-
-    state: str  # equal | explained | ignored | breaks | n/a
-    word: str  # what it is: "breaks bitwise", "unexplained" (breaks explained), "explained", "equal", ...
-    text: str  # the word and its count: "equal (8)", "breaks bitwise 2/4", "differs 1/2 (ignored)"
-    verdict: "AxisVerdict"
-
-    @property
-    def severity(self) -> str:
-        return FAIL if self.state == "breaks" else INFO
-
-
-# a cell's state -> what the legend calls it
-CELL_STATES = {"breaks": "breaks a claim", "explained": "explained (not claimed bitwise)",
-               "ignored": "differs (claimed ignore)", "equal": "equal", "n/a": "not compared"}
-
-
-def cell_of(v: "AxisVerdict", level: str) -> Cell:
+def cell_of(v: AxisVerdict, level: str) -> Cell:
     """The cell of one request's verdict along one axis, claimed at level."""
     if v.status == "n/a":
         return Cell("n/a", "not compared", "n/a", v)
@@ -119,42 +70,7 @@ def cell_of(v: "AxisVerdict", level: str) -> Cell:
     return Cell("breaks" if v.status == "differs" else "explained", word, f"{word} {of}", v)
 
 
-@dataclass
-class ClaimResult:
-    axis: str
-    level: str  # bitwise | explained | ignore
-    status: str  # held | broken | not compared | ignored
-    groups: int = 0
-    differing: List[str] = field(default_factory=list)  # requests with an unexplained difference
-    explained: List[str] = field(default_factory=list)  # requests whose differences plans/environments explain
-    causes: Dict[str, str] = field(default_factory=dict)  # cause -> first example of its values
-
-    def cause_text(self, values: bool = True) -> str:
-        return ", ".join(f"{c} {v}" if values and v else c for c, v in self.causes.items())
-
-
-@dataclass
-class Verdict:
-    claims: List[ClaimResult]
-    findings: List[Finding]
-    exit_code: int
-    label: str  # REPRODUCIBLE | DETERMINISM FAILURE | NOT VERIFIED
-    headline: str
-    cells: Dict[str, Dict[str, Cell]] = field(default_factory=dict)  # request -> axis -> cell (copies folded)
-
-    @property
-    def failed(self) -> bool:
-        return self.exit_code != EXIT_OK
-
-    def of(self, kind: str) -> List[Finding]:
-        return [f for f in self.findings if f.kind == kind]
-
-    def counts(self) -> Dict[str, int]:
-        """kind -> number of findings of that kind (only kinds present)."""
-        return dict(Counter(f.kind for f in self.findings))
-
-
-def _mismatch_text(m: "Mismatch") -> str:
+def _mismatch_text(m: Mismatch) -> str:
     lines = [f"{m.label} across {m.axis}: {m.a} vs {m.b}"]
     lines += [f"  {name}: {stats}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
     lines += [f"  {line}" for line in m.no_numbers]
@@ -162,35 +78,33 @@ def _mismatch_text(m: "Mismatch") -> str:
     return "\n".join(lines)
 
 
-def _requests(names: List[str]) -> str:
+def _requests(names: Sequence[str]) -> str:
     """"2 requests (a, b) differ" / "1 request (a) differs"."""
     shown = ", ".join(names[:4]) + (f", +{len(names) - 4} more" if len(names) > 4 else "")
     one = len(names) == 1
     return f"{len(names)} request{'' if one else 's'} ({shown}) differ{'s' if one else ''}"
 
 
-def _claim_results(cmp: "Comparison", rows: Dict[str, dict]) -> List[ClaimResult]:
+def _claim_results(cmp: Comparison, rows: Dict[str, Dict[str, AxisVerdict]]) -> Tuple[ClaimResult, ...]:
     out = []
     for axis in AXIS_NAMES:
         level = cmp.claims.level(axis)
-        res = ClaimResult(axis, level, "not compared")
-        for request, cells in rows.items():
-            v = cells[axis]
-            res.groups += v.groups
-            if v.status == "differs":
-                res.differing.append(request)
-            elif v.status == "explained":
-                res.explained.append(request)
+        verdicts = {request: cells[axis] for request, cells in rows.items()}
+        differing = tuple(r for r, v in verdicts.items() if v.status == "differs")
+        explained = tuple(r for r, v in verdicts.items() if v.status == "explained")
+        causes: Dict[str, str] = {}
+        for v in verdicts.values():
             for cause, example in v.causes.items():
-                res.causes.setdefault(cause, example)
-        bad = res.differing + (res.explained if level == "bitwise" else [])
-        res.status = ("ignored" if level == "ignore" else "not compared" if not res.groups
-                      else "broken" if bad else "held")
-        out.append(res)
-    return out
+                causes.setdefault(cause, example)
+        groups = sum(v.groups for v in verdicts.values())
+        bad = differing + (explained if level == "bitwise" else ())
+        status = ("ignored" if level == "ignore" else "not compared" if not groups
+                  else "broken" if bad else "held")
+        out.append(ClaimResult(axis, level, status, groups, differing, explained, causes))
+    return tuple(out)
 
 
-def _per_request(cmp: "Comparison", cells: Dict[str, Dict[str, Cell]]) -> List[Finding]:
+def _per_request(cmp: Comparison, cells: Dict[str, Dict[str, Cell]]) -> List[Finding]:
     """One finding per (request, axis) that differs, with its recorded mismatches' numbers."""
     examples: Dict[Tuple[str, str], List[str]] = defaultdict(list)
     for m in cmp.mismatches:
@@ -213,24 +127,30 @@ def _per_request(cmp: "Comparison", cells: Dict[str, Dict[str, Cell]]) -> List[F
             elif level == "ignore":
                 title += f" [{axis} claimed ignore]"
             out.append(Finding(v.status, cell.severity, title, axis, request, causes,
-                               examples=examples[(request, axis)]))
+                               examples=tuple(examples[(request, axis)])))
     return out
 
 
-def _grouped(kind: str, sev: str, entries: List[Tuple[str, str]], what: str) -> List[Finding]:
+def _grouped(kind: str, sev: str, entries: Sequence[Tuple[str, str]], what: str) -> List[Finding]:
     """(key, reason) entries -> one finding per reason, with the keys as items."""
     by_reason: Dict[str, List[str]] = defaultdict(list)
     for key, reason in entries:
         by_reason[reason or "no reason recorded"].append(key)
-    return [Finding(kind, sev, f"{len(keys)} {what}: {reason}", cause=reason, items=keys)
+    return [Finding(kind, sev, f"{len(keys)} {what}: {reason}", cause=reason, items=tuple(keys))
             for reason, keys in by_reason.items()]
 
 
-def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Finding]:
+def _lines(kind: str, lines: Sequence[str]) -> List[Finding]:
+    """One failure per "key: what is wrong" line (a kernel or wiring audit's), the key as its item."""
+    return [Finding(kind, FAIL, line, items=(line.split(": ", 1)[0],)) for line in lines]
+
+
+def _claim_findings(cmp: Comparison, claims: Sequence[ClaimResult]) -> List[Finding]:
+    """Broken claims, claims nothing checked, and nothing compared at all."""
     out: List[Finding] = []
     for c in claims:
         if c.status == "broken":
-            bad = c.differing + (c.explained if c.level == "bitwise" else [])
+            bad = c.differing + (c.explained if c.level == "bitwise" else ())
             why = c.cause_text() or "unexplained"
             out.append(Finding("broken_claim", FAIL, f"{c.axis} claimed {c.level}, {_requests(bad)} ({why})",
                                c.axis, cause=why, items=bad))
@@ -244,21 +164,25 @@ def _other_findings(cmp: "Comparison", claims: List[ClaimResult]) -> List[Findin
     if not any(c.groups for c in claims if c.level != "ignore"):
         why = f"{cmp.rows} rows, {cmp.rows - len(cmp.not_run) - len(cmp.errors)} ran"
         out.append(Finding("nothing_compared", FAIL, f"no pair of rows was compared on any claimed axis ({why})"))
-    out += [Finding("backend_changed", FAIL, line) for line in cmp.backend_changes]
-    out += [Finding("missing", FAIL, f"missing cell {key}: no row was stored", items=[key]) for key in cmp.missing]
-    out += [Finding("duplicate", FAIL, f"duplicate rows for {key}", items=[key]) for key in cmp.duplicates]
+    return out
+
+
+def _other_findings(cmp: Comparison, base: BaselineContext) -> List[Finding]:
+    """Every finding that is not a claim's nor a (request, axis) difference, in display order."""
+    out = [Finding("backend_changed", FAIL, line) for line in base.backend_changes]
+    out += [Finding("missing", FAIL, f"missing cell {key}: no row was stored", items=(key,)) for key in cmp.missing]
+    out += [Finding("duplicate", FAIL, f"duplicate rows for {key}", items=(key,)) for key in cmp.duplicates]
     out += _grouped("error", FAIL, cmp.errors, "rows errored")
-    out += [Finding("audit", FAIL, line, items=[line.split(": ", 1)[0]]) for line in cmp.audit]
-    out += [Finding("wiring", FAIL, line, items=[line.split(": ", 1)[0]]) for line in cmp.wiring]
+    out += _lines("audit", cmp.audit)
+    out += _lines("wiring", cmp.wiring)
     out += _grouped("model_differs", FAIL, [(f"{m.a} vs {m.b}", m.label.removeprefix("unexplained: "))
                                             for m in cmp.mismatches if MODEL_DIFFERS in m.label],
                     "row pairs of detrun's model and SGLang's own backend differ")
     # A warning on its own (equal bits need no explanation); any difference they take part in is unexplained.
     out += _grouped("plan_unknown", WARN, cmp.plan_unknown, "rows with a plan detrun cannot read")
-    for line in cmp.provisional:
-        out.append(Finding("provisional_baseline", FAIL if cmp.require_baseline else WARN, line))
-    if cmp.no_baseline:
-        out.append(Finding("no_baseline", FAIL if cmp.require_baseline else WARN, cmp.no_baseline))
+    sev = FAIL if base.required else WARN
+    out += [Finding("provisional_baseline", sev, line) for line in base.provisional]
+    out += [Finding("no_baseline", sev, base.missing)] if base.missing else []
     out += _grouped("not_audited", WARN, cmp.unaudited, "plans not audited")
     for status, kind in ((Status.KNOWN_BUG, "known_bug"), (Status.SKIPPED, "skipped")):
         rows = [(key, reason) for key, st, reason in cmp.not_run if st == status]
@@ -274,9 +198,10 @@ _COUNTED = {"missing": "missing cells", "duplicate": "duplicate rows", "error": 
             "model_differs": "model-vs-SGLang differences"}
 
 
-def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[Finding],
-              cmp: "Comparison") -> str:
-    parts = [f"{label} (exit {code})"]
+def _summary(claims: Sequence[ClaimResult], findings: Sequence[Finding], cmp: Comparison) -> Tuple[str, ...]:
+    """The headline's parts after "LABEL (exit N)": what failed, what was explained, not checked or warned,
+    which claims held, what ran and the audit's coverage."""
+    parts = []
     for f in findings:
         if f.kind in ("broken_claim", "nothing_compared", "backend_changed") or (
                 f.kind == "unverified_claim" and f.severity == FAIL):
@@ -311,27 +236,32 @@ def _headline(label: str, code: int, claims: List[ClaimResult], findings: List[F
         parts.append("ran: " + ", ".join(cmp.backends) + profiles)
     if cmp.audit_groups:
         parts.append(f"audit {cmp.audit_groups - len(cmp.unaudited)}/{cmp.audit_groups} plans")
-    return "; ".join(parts)
+    return tuple(parts)
 
 
-def judge(cmp: "Comparison") -> Verdict:
-    """The verdict of a comparison under its claims."""
-    from .compare import collapse
+def _max_ulp(cmp: Comparison, requests: Sequence[str]) -> Dict[str, int]:
+    """request (copies folded) -> the largest ULP distance among its recorded mismatches (0: none)."""
+    worst = dict.fromkeys(requests, 0)
+    for m in cmp.mismatches:
+        name = folded_request(m.request)
+        worst[name] = max([worst.get(name, 0), *(s.max_ulp for s in (m.out, m.lse) if s is not None)])
+    return worst
 
+
+def judge(cmp: Comparison, baseline: BaselineContext = BaselineContext()) -> Verdict:
+    """The Verdict of a comparison under its claims and, with --baseline, its baseline context."""
     rows = collapse(cmp.verdicts)
     cells = {request: {axis: cell_of(v, cmp.claims.level(axis)) for axis, v in row.items()}
              for request, row in rows.items()}
     claims = _claim_results(cmp, rows)
-    other = _other_findings(cmp, claims)
-    first = ("broken_claim", "unverified_claim", "nothing_compared")
-    findings = ([f for f in other if f.kind in first] + _per_request(cmp, cells)
-                + [f for f in other if f.kind not in first])
+    findings = tuple(_claim_findings(cmp, claims) + _per_request(cmp, cells) + _other_findings(cmp, baseline))
     failing = {f.kind for f in findings if f.severity == FAIL}
     if not failing:
-        label = "REPRODUCIBLE"
+        label = REPRODUCIBLE
     elif failing <= {"nothing_compared", "unverified_claim"}:  # nothing failed; what had to be checked was not
-        label = "NOT VERIFIED"
+        label = NOT_VERIFIED
     else:
-        label = "DETERMINISM FAILURE"
-    code = EXIT_MISMATCH if failing else EXIT_OK
-    return Verdict(claims, findings, code, label, _headline(label, code, claims, findings, cmp), cells)
+        label = FAILURE
+    return Verdict(tuple(cmp.runs), cmp.rows, claims, findings, cells,
+                   ExitCode.MISMATCH if failing else ExitCode.OK, label, _summary(claims, findings, cmp),
+                   baseline, cmp.environment, _max_ulp(cmp, list(cells)))

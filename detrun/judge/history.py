@@ -24,7 +24,8 @@ from ..store.runs import RunStore
 from ..store.status import RunStatus
 from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
-from .findings import FAIL, WARN
+from .findings import judge
+from .verdict import FAIL, NOT_VERIFIED, WARN
 
 _KEY = ("case", "request", "mode", "phase", "fingerprint")
 # Spec fields that change neither which cells a job has nor what a cell computes.
@@ -89,8 +90,8 @@ class History:
 
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.store.manifest(run_id)
-    verdict = compare_columns(cols, max_details=0).verdict
-    label = ("NOT VERIFIED" if verdict.label == "NOT VERIFIED" else "FAIL" if verdict.failed
+    verdict = judge(compare_columns(cols, max_details=0))
+    label = (NOT_VERIFIED if verdict.label == NOT_VERIFIED else "FAIL" if verdict.failed
              else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
     fingerprints = cols.dictionary("fingerprint")
     ok = len(cols.ok_rows())

@@ -1,11 +1,11 @@
-"""JUnit XML of a judged Comparison (findings.py): claims, (request, axis) comparisons, every other finding."""
+"""JUnit XML of a Verdict (judge/verdict.py): claims, (request, axis) comparisons, every other finding."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..judge.compare import AXES, Comparison
-from ..judge.findings import FAIL, INFO, WARN
+from ..judge.claims import AXIS_NAMES
+from ..judge.verdict import FAIL, INFO, WARN, Verdict
 from ..paths import write_output
 
 _COUNTS = ("tests", "failures", "errors", "skipped")
@@ -32,17 +32,16 @@ class _Suite:
 _KIND = {FAIL: "failure", WARN: "skipped", INFO: "system-out"}
 
 
-def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
+def junit_xml(verdict: Verdict, name: str = "detrun") -> str:
     """One testcase per claim (axis), per (request, axis) comparison, and per other finding."""
-    verdict = cmp.verdict
     suite = _Suite(name)
     props = ET.SubElement(suite.el, "properties")
     ET.SubElement(props, "property", name="verdict", value=verdict.headline)
-    ET.SubElement(props, "property", name="claims", value=cmp.claims.describe())
-    for i, line in enumerate(cmp.baseline_context):
+    ET.SubElement(props, "property", name="claims", value=verdict.describe_claims())
+    for i, line in enumerate(verdict.baseline.lines):
         ET.SubElement(props, "property", name=f"baseline.{i}", value=line)
-    for i, f in enumerate(verdict.of("provisional_baseline")):
-        ET.SubElement(props, "property", name=f"provisional.{i}", value=f.title)
+    for i, prov in enumerate(verdict.of("provisional_baseline")):
+        ET.SubElement(props, "property", name=f"provisional.{i}", value=prov.title)
     claim_findings = {f.axis: f for f in verdict.of("broken_claim") + verdict.of("unverified_claim")}
     for c in verdict.claims:
         f = claim_findings.get(c.axis)
@@ -54,7 +53,7 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
             suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", f"{c.axis} {c.level}: held")
     per_request = {(f.request, f.axis): f for f in verdict.findings if f.kind in ("differs", "explained")}
     for request, cells in verdict.cells.items():
-        for axis in AXES:
+        for axis in AXIS_NAMES:
             v, f = cells[axis].verdict, per_request.get((request, axis))
             cls = f"detrun.{axis}"
             if f is not None:
@@ -79,6 +78,6 @@ def junit_xml(cmp: Comparison, name: str = "detrun") -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(cmp: Comparison, path: str, name: str = "detrun", option: str = "--junit") -> None:
+def write_junit(verdict: Verdict, path: str, name: str = "detrun", option: str = "--junit") -> None:
     """Write the JUnit XML; a failed write is a DetrunError naming option."""
-    write_output(path, junit_xml(cmp, name), option)
+    write_output(path, junit_xml(verdict, name), option)

@@ -1,23 +1,23 @@
-"""Terminal output (rich) of `detrun compare` (a Comparison: verdict, claims, findings, the request x axis
+"""Terminal output (rich) of `detrun compare` (a Verdict: its line, claims, findings, the request x axis
 table), `detrun history` (a History) and `detrun timings` (the stage table and the steady-state line)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..judge.compare import AXES, Comparison
-from ..judge.findings import FAIL, INFO, KINDS, WARN, Cell, Finding, Verdict
+from ..judge.claims import AXIS_NAMES
 from ..judge.history import History
+from ..judge.verdict import FAIL, FAILURE, INFO, KINDS, NOT_VERIFIED, REPRODUCIBLE, WARN, Cell, Finding, Verdict
 from ..stages import BESIDE, GC_PAUSE
 
 _STYLE = {"equal": "green", "explained": "yellow", "ignored": "yellow", "breaks": "bold red", "n/a": "dim"}
 _SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
-_VERDICT = {"REPRODUCIBLE": "bold green", "DETERMINISM FAILURE": "bold red", "NOT VERIFIED": "bold red"}
+_VERDICT = {REPRODUCIBLE: "bold green", FAILURE: "bold red", NOT_VERIFIED: "bold red"}
 _CLAIM = {"held": "green", "broken": "bold red", "not compared": "dim", "ignored": "dim"}
 _LIST_MAX = 10
 _GROUPED = ("differs", "explained")
@@ -38,12 +38,13 @@ def _listing(console: Console, title: str, items, style: str, limit: int = _LIST
 
 
 def verdict_line(verdict: Verdict) -> str:
-    style = _VERDICT[verdict.label]
-    label, _, rest = verdict.headline.partition(" (exit ")
-    return f"verdict: [{style}]{escape(label)}[/] (exit {escape(rest)}"
+    """"verdict: LABEL (exit N); part; part", the label coloured."""
+    rest = "".join(f"; {part}" for part in verdict.summary)
+    label = f"[{_VERDICT[verdict.label]}]{escape(verdict.label)}[/]"
+    return f"verdict: {label} (exit {int(verdict.exit_code)}){escape(rest)}"
 
 
-def _differences(console: Console, findings: List[Finding], details: int) -> None:
+def _differences(console: Console, findings: Sequence[Finding], details: int) -> None:
     """Per-request differences grouped by (axis, kind, cause): counts first, then up to `details` examples."""
     groups: Dict[tuple, List[Finding]] = defaultdict(list)
     for f in findings:
@@ -60,16 +61,15 @@ def _differences(console: Console, findings: List[Finding], details: int) -> Non
             console.print(f"  ({len(members) - len(shown)} more; --details N shows more)")
 
 
-def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> None:
+def print_comparison(verdict: Verdict, console: Console, details: int = 3) -> None:
     """Summary first: the verdict, the claims, differences by (axis, cause), every other finding; then
     the request x axis table, and the verdict again as the last line."""
-    verdict = cmp.verdict
     console.print(verdict_line(verdict), soft_wrap=True)
     console.print("claims: " + ", ".join(f"{c.axis} {c.level} [{_CLAIM[c.status]}]{c.status}[/]"
                                          for c in verdict.claims), soft_wrap=True)
     for f in verdict.of("broken_claim") + verdict.of("nothing_compared") + verdict.of("unverified_claim"):
         console.print(f"[{_SEVERITY[f.severity]}]{f.label}[/]: {escape(f.title)}", soft_wrap=True)
-    for line in cmp.baseline_context:
+    for line in verdict.baseline.lines:
         console.print(f"[cyan]baseline[/]: {escape(line)}", soft_wrap=True)
     _differences(console, verdict.findings, details)
     shown = set(_GROUPED) | {"broken_claim", "nothing_compared", "unverified_claim"}
@@ -81,13 +81,12 @@ def print_comparison(cmp: Comparison, console: Console, details: int = 3) -> Non
         worst = min(members, key=lambda f: [FAIL, WARN, INFO].index(f.severity))
         _listing(console, f"{KINDS[kind]} ({worst.tag})", [escape(f.title) for f in members],
                  _SEVERITY[worst.severity], details if worst.severity == INFO else max(details, _LIST_MAX))
-    table = Table(title=f"bitwise verdicts ({cmp.rows} rows, runs: {', '.join(cmp.runs)})")
+    table = Table(title=f"bitwise verdicts ({verdict.rows} rows, runs: {', '.join(verdict.runs)})")
     table.add_column("request")
-    for axis in AXES:
-        level = cmp.claims.level(axis)
-        table.add_column(axis if level == "explained" else f"{axis} ({level})")
+    for c in verdict.claims:
+        table.add_column(c.axis if c.level == "explained" else f"{c.axis} ({c.level})")
     for request, cells in verdict.cells.items():
-        table.add_row(escape(request), *(_cell(cells[a]) for a in AXES))
+        table.add_row(escape(request), *(_cell(cells[a]) for a in AXIS_NAMES))
     console.print(table)
     console.print(verdict_line(verdict), soft_wrap=True)
 

@@ -1,19 +1,16 @@
-"""One self-contained HTML report of a Comparison: inline CSS and SVG, no script, no network."""
+"""One self-contained HTML report of a Verdict: inline CSS and SVG, no script, no network."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 from html import escape
-from typing import Dict, Sequence
+from typing import Sequence
 
 from ..fingerprint import FINGERPRINT_FIELDS
-from ..judge.baseline import run_fingerprints
-from ..judge.compare import AXES, Comparison
-from ..judge.findings import CELL_STATES, FAIL, INFO, WARN, Verdict
+from ..judge.claims import AXIS_NAMES
+from ..judge.verdict import CELL_STATES, FAIL, INFO, WARN, Verdict
 from ..paths import write_output
-from ..spec.model import folded_request
-from ..store.runs import RunStore
 
 # a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim
 COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "equal": "#2ca02c", "n/a": "#d9d9d9"}
@@ -28,14 +25,14 @@ _CELL_W, _CELL_H, _LABEL_W, _HEAD_H = 90, 22, 170, 24
 def heatmap_svg(verdict: Verdict) -> str:
     """(request x axis) cells coloured by their state under the claims; one <rect class="cell"> per cell."""
     rows = verdict.cells
-    width, height = _LABEL_W + _CELL_W * len(AXES), _HEAD_H + _CELL_H * len(rows)
+    width, height = _LABEL_W + _CELL_W * len(AXIS_NAMES), _HEAD_H + _CELL_H * len(rows)
     out = [f'<svg id="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
-    for j, axis in enumerate(AXES):
+    for j, axis in enumerate(AXIS_NAMES):
         out.append(f'<text x="{_LABEL_W + j * _CELL_W + 8}" y="16">{axis}</text>')
     for i, (request, cells) in enumerate(rows.items()):
         y = _HEAD_H + i * _CELL_H
         out.append(f'<text x="4" y="{y + 15}">{escape(request)}</text>')
-        for j, axis in enumerate(AXES):
+        for j, axis in enumerate(AXIS_NAMES):
             cell = cells[axis]
             tip = f"{request} / {axis}: {cell.text} ({cell.verdict.groups} groups, {cell.verdict.rows} rows)"
             out.append(f'<rect class="cell" data-status="{cell.state}" x="{_LABEL_W + j * _CELL_W}" y="{y}" '
@@ -45,18 +42,9 @@ def heatmap_svg(verdict: Verdict) -> str:
     return "".join(out)
 
 
-def max_ulp_by_request(cmp: Comparison, verdict: Verdict) -> Dict[str, int]:
-    worst: Dict[str, int] = {name: 0 for name in verdict.cells}
-    for m in cmp.mismatches:
-        name = folded_request(m.request)
-        ulps = [s.max_ulp for s in (m.out, m.lse) if s is not None]
-        worst[name] = max([worst.get(name, 0), *ulps])
-    return worst
-
-
-def ulp_plot_svg(cmp: Comparison, verdict: Verdict) -> str:
+def ulp_plot_svg(verdict: Verdict) -> str:
     """Horizontal bars of the largest ULP distance seen per request (log scale); red where it breaks a claim."""
-    worst = max_ulp_by_request(cmp, verdict)
+    worst = verdict.max_ulp
     breaks = {name for name, row in verdict.cells.items() if any(c.state == "breaks" for c in row.values())}
     top = max([1, *worst.values()])
     scale = 500 / math.log10(top + 1) if top > 1 else 500
@@ -87,14 +75,13 @@ def _findings_table(findings) -> str:
     return _table(["severity", "kind", "finding", "cells", "details"], rows) if rows else "<p>none</p>"
 
 
-def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report") -> str:
-    verdict = cmp.verdict
-    env = run_fingerprints(store, cmp.runs)
+def build_report(verdict: Verdict, title: str = "detrun report") -> str:
+    env = verdict.environment
     cells = sorted((cell for row in verdict.cells.values() for cell in row.values()),
                    key=lambda c: list(COLOURS).index(c.state))  # what breaks a claim first
     counts = Counter(c.word for c in cells)
-    summary = (f"runs: {', '.join(cmp.runs)}; {cmp.rows} rows; request x axis: "
-               + ", ".join(f"{n} {word}" for word, n in counts.items()) + f"; claims: {cmp.claims.describe()}")
+    summary = (f"runs: {', '.join(verdict.runs)}; {verdict.rows} rows; request x axis: "
+               + ", ".join(f"{n} {word}" for word, n in counts.items()) + f"; claims: {verdict.describe_claims()}")
     claims = _table(["axis", "claim", "status", "groups", "differ (unexplained)", "explained", "causes"],
                     [[c.axis, c.level, escape(c.status), str(c.groups), escape(", ".join(c.differing)),
                       escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
@@ -106,11 +93,11 @@ def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report")
         f"<h1>{escape(title)}</h1><div class='verdict {'fail' if verdict.failed else 'pass'}' id='verdict'>"
         f"{escape(verdict.label)} (exit {verdict.exit_code})</div><p id='headline'>{escape(verdict.headline)}</p>"
         f"<p id='summary'>{escape(summary)}</p>",
-        "".join(f"<p>baseline: {escape(line)}</p>" for line in cmp.baseline_context),
+        "".join(f"<p>baseline: {escape(line)}</p>" for line in verdict.baseline.lines),
         f"<h2>Claims</h2>{claims}",
         f"<h2>Verdicts (request x comparison axis)</h2><p>{legend}</p>{heatmap_svg(verdict)}",
         f"<h2>Findings</h2><div id='findings'>{_findings_table(verdict.findings)}</div>",
-        f"<h2>Max ULP per request</h2>{ulp_plot_svg(cmp, verdict)}",
+        f"<h2>Max ULP per request</h2>{ulp_plot_svg(verdict)}",
         "<h2>Environment</h2>" + _table(["fingerprint", *FINGERPRINT_FIELDS],
                                         [[escape(fp), *(escape(str(f[k])) for k in FINGERPRINT_FIELDS)]
                                          for fp, f in sorted(env.items())]),
@@ -119,7 +106,6 @@ def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report")
     return "\n".join(p for p in parts if p)
 
 
-def write_report(store: RunStore, cmp: Comparison, path: str, title: str = "detrun report",
-                 option: str = "-o/--output") -> None:
+def write_report(verdict: Verdict, path: str, title: str = "detrun report", option: str = "-o/--output") -> None:
     """Write the report; a failed write is a DetrunError naming option."""
-    write_output(path, build_report(store, cmp, title), option)
+    write_output(path, build_report(verdict, title), option)

@@ -22,7 +22,8 @@ import yaml
 
 from ..errors import DetrunError
 from ..judge.compare import compare_runs, explain
-from ..judge.findings import FAIL
+from ..judge.findings import judge
+from ..judge.verdict import FAIL
 from ..spec.model import JobSpec, base_request, spec_from_dict
 from ..store.runs import RunStore
 from ..store.status import Status
@@ -117,11 +118,12 @@ def failing_pair(store: RunStore, run_id: str, request: Optional[str] = None) ->
     """The first request of RUN that differs across batch compositions (judged bitwise), or `request`
     (--request), and its first pair."""
     cmp = compare_runs(store, [run_id], expect={"batch": "bitwise"})
-    found = [f for f in cmp.verdict.findings if f.axis == "batch" and f.severity == FAIL
+    verdict = judge(cmp)
+    found = [f for f in verdict.findings if f.axis == "batch" and f.severity == FAIL
              and f.kind in ("differs", "explained")]
     if not found:
         raise DetrunError(f"nothing to shrink: no request of run {run_id} differs across batch compositions "
-                          f"(compared bitwise: {cmp.verdict.label.lower()})")
+                          f"(compared bitwise: {verdict.label.lower()})")
     spec = spec_from_dict(store.manifest(run_id)["spec"], f"{run_id}/manifest.json")
     differing = tuple(dict.fromkeys(base_request(f.request) for f in found))  # copies folded, in order
     if request is not None and request not in spec.requests:
