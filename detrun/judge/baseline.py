@@ -15,10 +15,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import DetrunError
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.runs import RunStore
-from ..store.status import RunStatus
 from .claims import Checks
 from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs

@@ -16,9 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import DetrunError
-from ..fingerprint import FINGERPRINT_FIELDS
-from ..store.runs import ADDED, SCHEMA, RunStore, read_part, with_added
-from ..store.status import Status
+from ..record.fingerprint import FINGERPRINT_FIELDS
+from ..record.rows import ADDED, SCHEMA, with_added
+from ..record.status import Status
+from ..store.runs import RunStore, read_part
 from .audit import audit_kernels
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
@@ -33,7 +34,7 @@ DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a r
 
 def _read(store: RunStore, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
     """Some columns of one file, dictionary-encoded where asked; a file written before a column was
-    added (store.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
+    added (record.rows.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
     try:
         return read_part(store.fs, path, columns=list(columns), read_dictionary=list(dictionary))
     except DetrunError as exc:

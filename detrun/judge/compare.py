@@ -22,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences
-from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
-from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
-from ..spec.model import folded_request, spec_from_dict
+from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences
+from ..record.keys import folded_request, key_parts, row_key
+from ..record.plans import PLAN_UNKNOWN
+from ..record.status import RunStatus, Status
+from ..spec.matrix import expected_key_array, key_layout
+from ..spec.model import spec_from_dict
 from ..spec.sglang import profile_label
 from ..store.runs import RunStore
-from ..store.status import RunStatus, Status
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats

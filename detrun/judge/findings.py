@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
 from ..errors import EXIT_MISMATCH, EXIT_OK
-from ..spec.model import folded_request
-from ..store.status import Status
+from ..record.keys import folded_request
+from ..record.status import Status
 from .claims import AXIS_NAMES
 
 if TYPE_CHECKING:

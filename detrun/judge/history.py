@@ -17,11 +17,11 @@ from typing import Dict, List
 import numpy as np
 
 from ..errors import DetrunError
-from ..spec.matrix import key_mode
+from ..record.keys import key_mode
+from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.requests import RunsRequest
 from ..store.runs import RunStore
-from ..store.status import RunStatus
 from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
 from .findings import FAIL, WARN

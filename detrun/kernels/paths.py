@@ -1,8 +1,5 @@
-"""The wrapper paths a row says it took: the backends record them, the judge's kernel audit checks them.
+"""Moved to detrun.record.paths; kept for code written against this name."""
 
-No torch: judge/audit.py imports this module."""
+from ..record.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
 
-PATH_PAGED = "paged"
-PATH_RAGGED = "ragged"
-PATH_RAGGED_PREFIX = "ragged+paged-prefix"  # ragged over new tokens + paged over the cached prefix, merged
-PATH_DECODE = "decode"  # one new token per request over its whole paged cache (forward_decode)
+__all__ = ["PATH_DECODE", "PATH_PAGED", "PATH_RAGGED", "PATH_RAGGED_PREFIX"]

@@ -7,12 +7,12 @@ from collections import Counter
 from html import escape
 from typing import Dict, Sequence
 
-from ..fingerprint import FINGERPRINT_FIELDS
 from ..judge.baseline import run_fingerprints
 from ..judge.compare import AXES, Comparison
 from ..judge.findings import CELL_STATES, FAIL, INFO, WARN, Verdict
 from ..paths import write_output
-from ..spec.model import folded_request
+from ..record.fingerprint import FINGERPRINT_FIELDS
+from ..record.keys import folded_request
 from ..store.runs import RunStore
 
 # a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim

@@ -22,11 +22,11 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption, mark_incomplete
+from ..record.status import RunStatus, Status
 from ..spec.matrix import Shard, cells_for, check_size, shards
 from ..spec.model import JobSpec
 from ..store import heartbeat
 from ..store.runs import RunStore, new_run_id
-from ..store.status import RunStatus, Status
 from . import faults
 from .isolation import (
     BugSamples,

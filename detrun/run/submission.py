@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, List, Opti
 
 from ..errors import DetrunError
 from ..judge.requests import ClaimOptions
+from ..record.status import RunStatus as Stored
 from ..store.requests import RunRequest
 from ..store.runs import RunStore, check_run_id, new_run_id
-from ..store.status import RunStatus as Stored
 
 if TYPE_CHECKING:
     from ..spec.model import JobSpec

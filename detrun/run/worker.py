@@ -39,11 +39,12 @@ from ..kernels.backends.base import (
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.envinfo import environment, seen_flags
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
-from ..spec.matrix import Cell, Shard, cells_for, row_key
+from ..record.keys import row_key
+from ..record.status import Status
+from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
-from ..store.status import Status
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE

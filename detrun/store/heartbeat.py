@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Optional
 
-from .status import RunStatus
+from ..record.status import RunStatus
 
 PERIOD_S = float(os.environ.get("DETRUN_HEARTBEAT_S", "10"))
 STALE_PERIODS = 3

@@ -28,87 +28,17 @@ from datetime import datetime, timezone
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import DetrunError, first_line
 from ..paths import check_writable_dir
+from ..record.rows import SCHEMA, as_stored, make_row
+from ..record.status import RunStatus
 from ..signals import held
 from .heartbeat import driver_record
 from .requests import RunsRequest
-from .status import RunStatus, Status
-
-SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("key", pa.string()),
-        ("case", pa.string()),
-        ("request", pa.string()),
-        ("mode", pa.string()),
-        ("phase", pa.string()),  # prefill | decode | dllm
-        ("repeat", pa.int32()),
-        ("slot", pa.int32()),
-        ("shard", pa.string()),
-        ("status", pa.string()),  # ok | skipped | known_bug | error
-        ("reason", pa.string()),
-        ("backend", pa.string()),
-        ("attn", pa.string()),
-        ("path", pa.string()),
-        ("use_paged", pa.bool_()),
-        ("out_digest", pa.string()),
-        ("out_dtype", pa.string()),
-        ("out_shape", pa.list_(pa.int64())),
-        ("lse_digest", pa.string()),
-        ("lse_dtype", pa.string()),
-        ("lse_shape", pa.list_(pa.int64())),
-        ("last_out_digest", pa.string()),  # the request's last query row alone (decode: out_digest itself)
-        ("last_lse_digest", pa.string()),
-        ("plan", pa.string()),  # JSON
-        ("kernels", pa.list_(pa.string())),
-        ("wiring", pa.string()),  # JSON, backend sglang: what SGLang planned and ran (judge/wiring.py); else ""
-        ("plan_ms", pa.float64()),
-        ("run_ms", pa.float64()),
-        ("flags", pa.string()),  # JSON, as the task saw them
-        ("knobs", pa.string()),  # JSON: the SGLang profile and every effective FlashInfer knob (spec/sglang.py)
-        ("host", pa.string()),
-        ("node_id", pa.string()),
-        ("gpu_name", pa.string()),
-        ("gpu_uuid", pa.string()),
-        ("sm_count", pa.int32()),
-        ("driver", pa.string()),
-        ("cuda", pa.string()),
-        ("torch", pa.string()),
-        ("flashinfer", pa.string()),
-        ("sglang", pa.string()),  # backend sglang: the SGLang version whose code ran ("" for other backends)
-        ("ray", pa.string()),
-        ("python", pa.string()),
-        ("fingerprint", pa.string()),
-        ("pid", pa.int64()),
-        ("attempt", pa.int32()),
-    ]
-)
-STATUSES = tuple(s.value for s in Status)  # the stored strings
-_DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
-# Columns added to SCHEMA later, and what a row stored before has there (None: null).
-ADDED = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None, "sglang": "", "wiring": ""}
-
-
-def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:
-    """Rows stored before a column was added: the column with ADDED's value (phase "prefill", digests null)."""
-    for name in names:
-        field = SCHEMA.field(name)
-        table = table.append_column(field, pa.repeat(pa.scalar(ADDED[name], field.type), len(table)))
-    return table
-
-
-def as_stored(table: pa.Table) -> pa.Table:
-    """A table read with SCHEMA (absent columns null) with ADDED's values where a file lacked a column."""
-    i = table.schema.get_field_index("phase")
-    if i < 0 or not table.column(i).null_count:
-        return table
-    return table.set_column(i, "phase", pc.fill_null(table.column(i), ADDED["phase"]))
 
 
 def read_part(fs: pafs.FileSystem, path: str, **options) -> pa.Table:
@@ -126,24 +56,6 @@ def read_footer(fs: pafs.FileSystem, path: str) -> None:
         pq.read_metadata(path, filesystem=fs)
     except (pa.ArrowException, OSError) as exc:
         raise DetrunError(f"{path}: corrupt or truncated Parquet ({exc})") from None
-
-
-def make_row(**fields) -> Dict[str, object]:
-    """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
-    names = set(SCHEMA.names)
-    unknown = set(fields) - names
-    if unknown:
-        raise KeyError(f"not in the row schema: {sorted(unknown)}")
-    if fields.get("status", Status.OK) not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}")
-    row = {}
-    for f in SCHEMA:
-        if f.name in fields:
-            row[f.name] = fields[f.name]
-        else:
-            row[f.name] = [] if pa.types.is_list(f.type) else ADDED.get(f.name) or _DEFAULTS[f.type]
-    row["status"] = Status(row["status"] or Status.OK).value  # a plain str: rows cross Ray as plain values
-    return row
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
