@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
 from ..errors import DetrunError
 from ..record.keys import key_mode
+from ..record.manifest import Manifest
 from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.requests import RunsRequest
@@ -149,7 +150,7 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
     return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 
-def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, dict]:
+def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, Manifest]:
     """The readable manifests (a damaged run's too, for its place in time); why each damaged run is
     (RunStore.damage, as detrun list says it) in damaged."""
     out = {}
@@ -187,8 +188,9 @@ def history(store: RunStore) -> History:
             summaries[r].index = i
             out.append(summaries[r])
         else:
-            spec = manifests.get(r, {}).get("spec", {})
-            out.append(RunSummary(i, r, manifests.get(r, {}).get("created", ""), spec.get("name", "?"), [],
+            known: Mapping[str, Any] = manifests.get(r) or {}  # unreadable: none
+            spec = known.get("spec", {})
+            out.append(RunSummary(i, r, known.get("created", ""), spec.get("name", "?"), [],
                                   "damaged", headline=damaged.get(r, "unreadable")))
     index = {s.run_id: s.index for s in out if s.run_id in summaries}
     good = [r for r in cols.runs if r in summaries]

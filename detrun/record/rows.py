@@ -8,7 +8,7 @@ ADDED's value there (with_added, as_stored): the migration of old rows.
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Dict, Iterable, List, Optional, TypedDict, cast
+from typing import Annotated, Any, Dict, Iterable, List, Optional, TypedDict, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,6 +68,7 @@ class Row(TypedDict):
     attempt: Int32
 
 
+RowFields = Dict[str, Any]  # a row as a task or the driver builds it: some of Row's columns (make_row fills the rest)
 _ARROW = ((str, pa.string()), (bool, pa.bool_()), (int, pa.int64()), (float, pa.float64()),
           (List[int], pa.list_(pa.int64())), (List[str], pa.list_(pa.string())))
 

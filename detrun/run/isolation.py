@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ..record.keys import row_key
 from ..record.rows import make_row
 from ..record.status import Status
+from ..record.task import Deferred
 from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec
 
@@ -61,7 +62,7 @@ def _key(cell: Cell) -> CellKey:
     return cell.case, cell.mode, cell.repeat, cell.phase
 
 
-def deferred_cell(d: dict) -> Cell:
+def deferred_cell(d: Deferred) -> Cell:
     """A cell a shard task handed back (worker.py's deferred entry; one without a phase is prefill)."""
     return Cell(d["case"], d["mode"], d["repeat"], d.get("phase") or "prefill")
 
@@ -107,7 +108,8 @@ def reproduced(rows: List[dict]) -> bool:
 class ShardBook:
     """A shard's rows, kept until every isolated cell has its rows; then written as one file."""
 
-    def __init__(self, spec: JobSpec, shard: Shard, out: Optional[dict], waiting: List[Cell]):
+    def __init__(self, spec: JobSpec, shard: Shard, out: Optional[Mapping[str, Any]], waiting: List[Cell]):
+        """out: the shard task's TaskResult, None when its process died."""
         self.spec, self.shard = spec, shard
         self.by_cell: Dict[CellKey, List[dict]] = defaultdict(list)
         for row in (out or {}).get("rows", []):

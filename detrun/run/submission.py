@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, List, Optional, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, List, Mapping, Optional, Tuple, Union, cast
 
 from ..errors import DetrunError
 from ..judge.requests import ClaimOptions
@@ -200,8 +200,8 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
 
 def recorded_job(store: RunStore, run: str, address: Optional[str] = None) -> Optional[Tuple[str, str]]:
     """(address, latest submission id) of a run submitted through the Jobs API, else None."""
-    record = store.submission(run) or {}
-    manifest = store.manifest(run) if store.has_run(run) else {}
+    record: Mapping[str, Any] = store.submission(run) or {}
+    manifest: Mapping[str, Any] = store.manifest(run) if store.has_run(run) else {}
     sid = (record.get("submission_ids") or [manifest.get("submission_id")])[-1]
     address = address or record.get("address") or manifest.get("job_address")
     return (address, sid) if sid and address else None

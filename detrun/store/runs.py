@@ -25,7 +25,7 @@ import posixpath
 import re
 import uuid
 from datetime import datetime, timezone
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Type, Union, cast
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from ..errors import DetrunError, first_line
 from ..paths import check_writable_dir
+from ..record.manifest import REQUIRED, Manifest, SubmissionRecord
 from ..record.rows import SCHEMA, as_stored, make_row
 from ..record.status import RunStatus
 from ..signals import held
@@ -61,7 +62,14 @@ def read_footer(fs: pafs.FileSystem, path: str) -> None:
 RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 RESERVED = ("blobs", "baselines", "jit-cache")  # folders of the root itself
 DIGEST = re.compile(r"[0-9a-f]{8,128}")
-_MANIFEST_FIELDS = {"run_id": str, "spec": dict, "gpus": int, "status": str}
+
+
+def _with(manifest: Manifest, extra: Dict[str, object]) -> Manifest:
+    """The manifest with more of its fields; a name that is not one is an error (as make_row's)."""
+    unknown = set(extra) - set(Manifest.__annotations__)
+    if unknown:
+        raise KeyError(f"not a manifest field: {sorted(unknown)}")
+    return cast(Manifest, {**manifest, **extra})
 
 
 def check_run_id(run_id: str, option: str = "run id") -> str:
@@ -213,10 +221,11 @@ class RunStore:
         return sorted(i.base_name for i in infos if i.type == kind and i.base_name.endswith(suffix))
 
     # -- manifests
-    def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "", **extra) -> dict:
-        """Claim run_id and write its manifest; of two creates of one id, one fails (see _claim)."""
+    def create_run(self, run_id: str, spec: dict, gpus: int, spec_path: str = "", **extra) -> Manifest:
+        """Claim run_id and write its manifest; of two creates of one id, one fails (see _claim). extra: more of
+        Manifest's fields."""
         self._claim(check_run_id(run_id))
-        manifest = {
+        manifest: Manifest = {
             "run_id": run_id,
             "spec": spec,
             "spec_path": spec_path,
@@ -224,8 +233,8 @@ class RunStore:
             "status": RunStatus.RUNNING,
             "created": datetime.now(timezone.utc).isoformat(),
             "driver": driver_record(),
-            **extra,
         }
+        manifest = _with(manifest, extra)
         self.write_manifest(manifest)
         return manifest
 
@@ -253,23 +262,24 @@ class RunStore:
         except OSError as exc:
             raise DetrunError(f"{path}: cannot create the run ({exc.strerror or exc})") from None
 
-    def write_manifest(self, manifest: dict) -> None:
-        self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), manifest)
+    def write_manifest(self, manifest: Manifest) -> None:
+        self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), dict(manifest))
 
     def has_run(self, run_id: str) -> bool:
         return self._exists(self._p(run_id, "manifest.json"))
 
-    def manifest(self, run_id: str) -> dict:
+    def manifest(self, run_id: str) -> Manifest:
+        """The run's manifest, its REQUIRED fields checked; none, or one without them, is a DetrunError."""
         path = self._p(run_id, "manifest.json")
         manifest = self.read_json(posixpath.join(run_id, "manifest.json"), "manifest")
         if manifest is None:
             raise DetrunError(f"no run {run_id!r} under {self.root} (no {path})")
-        for name, kind in _MANIFEST_FIELDS.items():
+        for name, kind in REQUIRED.items():
             value = manifest.get(name)
             if not isinstance(value, kind) or isinstance(value, bool):
                 got = f"a {type(value).__name__}" if name in manifest else "nothing"
                 raise DetrunError(f"{path}: manifest field {name!r} must be a {kind.__name__}, got {got}")
-        return manifest
+        return cast(Manifest, manifest)
 
     def damage(self, run_id: str) -> str:
         """Why the run cannot be read ("" when it can): its manifest, or a rows file whose Parquet footer is
@@ -284,22 +294,23 @@ class RunStore:
 
     def finish_run(self, run_id: str, status: str, **extra) -> None:
         manifest = self.manifest(run_id)
-        manifest.update(status=status, finished=datetime.now(timezone.utc).isoformat(), **extra)
-        self.write_manifest(manifest)
+        manifest["status"], manifest["finished"] = status, datetime.now(timezone.utc).isoformat()
+        self.write_manifest(_with(manifest, extra))
 
-    def reopen_run(self, run_id: str, **extra) -> dict:
+    def reopen_run(self, run_id: str, **extra) -> Manifest:
         """Mark an existing run running again (resume), keeping a history of its resumptions."""
         manifest = self.manifest(run_id)
         stamp = datetime.now(timezone.utc).isoformat()
-        manifest.update(status=RunStatus.RUNNING, resumed=manifest.get("resumed", []) + [stamp], driver=driver_record(),
-                        **extra)
+        manifest["status"], manifest["driver"] = RunStatus.RUNNING, driver_record()
+        manifest["resumed"] = manifest.get("resumed", []) + [stamp]
+        manifest = _with(manifest, extra)
         self.write_manifest(manifest)
         return manifest
 
     def beat(self, run_id: str) -> None:
         """Refresh the driver's heartbeat in a running run's manifest (heartbeat.py)."""
         manifest = self.manifest(run_id)
-        manifest.update(driver=driver_record())
+        manifest["driver"] = driver_record()
         self.write_manifest(manifest)
 
     def write_timings(self, run_id: str, shard: str, doc: dict) -> None:
@@ -313,13 +324,15 @@ class RunStore:
 
     def record_submission(self, run_id: str, address: str, submission_id: str) -> None:
         """Remember a Jobs API submission beside the runs (the job may not have written a manifest yet)."""
-        record = self.submission(run_id) or {"run_id": run_id, "submission_ids": []}
-        record.update(address=address, submission_ids=record["submission_ids"] + [submission_id])
-        self.write_json(posixpath.join(".submissions", f"{run_id}.json"), record)
+        record = self.submission(run_id)
+        ids = record["submission_ids"] if record is not None else []
+        doc = SubmissionRecord(run_id=run_id, address=address, submission_ids=ids + [submission_id])
+        self.write_json(posixpath.join(".submissions", f"{run_id}.json"), dict(doc))
 
-    def submission(self, run_id: str) -> Optional[dict]:
+    def submission(self, run_id: str) -> Optional[SubmissionRecord]:
         """The Jobs API submissions of a run, or None; an unreadable record is a DetrunError naming it."""
-        return self.read_json(posixpath.join(".submissions", f"{run_id}.json"), "submission record")
+        return cast(Optional[SubmissionRecord],
+                    self.read_json(posixpath.join(".submissions", f"{run_id}.json"), "submission record"))
 
     def list_runs(self) -> List[str]:
         if not self._exists(self.base):
@@ -417,9 +430,11 @@ class RunSet:
         self.root = ", ".join(sorted({store.root for store, _ in refs.values()}))
         self.fs = next(iter(refs.values()))[0].fs if refs else pafs.LocalFileSystem()
 
-    def manifest(self, label: str) -> dict:
+    def manifest(self, label: str) -> Manifest:
         store, name = self.refs[label]
-        return dict(store.manifest(name), run_id=label)
+        manifest = store.manifest(name)
+        manifest["run_id"] = label
+        return manifest
 
     def has_run(self, label: str) -> bool:
         return label in self.refs and self.refs[label][0].has_run(self.refs[label][1])
@@ -477,7 +492,7 @@ def run_dirs(root: str, run_ids: Sequence[str]):
     return RunSet(refs), labels
 
 
-def runs_under(req: RunsRequest) -> Iterator[Tuple[str, Union[dict, DetrunError]]]:
+def runs_under(req: RunsRequest) -> Iterator[Tuple[str, Union[Manifest, DetrunError]]]:
     """detrun list: each run under req.runs_root with its manifest, or why it is damaged (RunStore.damage)."""
     store = RunStore(req.runs_root)
     for run_id in store.list_runs():
