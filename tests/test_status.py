@@ -7,7 +7,8 @@ import pytest
 
 from detrun.record.rows import STATUSES, make_row
 from detrun.record.status import RunStatus, Status
-from detrun.store.runs import RunStore, read_part
+from detrun.store.rows import read_part
+from detrun.store.runs import RunStore
 
 
 def test_statuses_are_their_strings_everywhere(tmp_path):

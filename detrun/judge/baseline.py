@@ -18,7 +18,7 @@ from ..errors import DetrunError
 from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
-from ..store.runs import RunStore
+from ..store.runs import RunReader, RunStore
 from .claims import Checks
 from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs
@@ -27,7 +27,7 @@ from .requests import BaselineRequest
 _DIR = "baselines"
 
 
-def run_fingerprints(store: RunStore, run_ids: Sequence[str]) -> Dict[str, Dict[str, object]]:
+def run_fingerprints(store: RunReader, run_ids: Sequence[str]) -> Dict[str, Dict[str, object]]:
     """fingerprint -> its fields, for every fingerprint recorded in these runs' rows."""
     table = store.dataset(run_ids).to_table(columns=["fingerprint", *FINGERPRINT_FIELDS])
     out: Dict[str, Dict[str, object]] = {}
@@ -169,7 +169,7 @@ def compare_with_baseline(store: RunStore, run_id: str, checks: Checks = Checks(
     return cmp
 
 
-def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Comparison:
+def comparison(store: RunReader, runs: Sequence[str], checks: Checks = Checks()) -> Comparison:
     """What compare, submit and report check: the runs among themselves, or one run against its baseline."""
     if not checks.baseline:
         if checks.require_baseline:
@@ -177,7 +177,7 @@ def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) 
         return compare_runs(store, runs, checks.details, checks.strict, dict(checks.expect))
     if len(runs) != 1:
         raise DetrunError(f"--baseline compares one run against its baseline, got {len(runs)} runs")
-    return compare_with_baseline(store, runs[0], checks)
+    return compare_with_baseline(store.runs_root("--baseline"), runs[0], checks)
 
 
 def baseline_set(req: BaselineRequest) -> List[dict]:

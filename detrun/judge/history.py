@@ -89,7 +89,7 @@ class History:
 
 
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
-    manifest = cols.store.manifest(run_id)
+    manifest = cols.manifests[run_id]
     verdict = compare_columns(cols, max_details=0).verdict
     label = ("NOT VERIFIED" if verdict.label == "NOT VERIFIED" else "FAIL" if verdict.failed
              else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
@@ -174,7 +174,7 @@ def history(store: RunStore) -> History:
     runs = store.list_runs()
     manifests = _manifests(store, runs, damaged)
     readable = sorted((r for r in manifests if r not in damaged), key=lambda r: (manifests[r].get("created", ""), r))
-    cols = read_columns(store, readable, damaged)
+    cols = read_columns(store, readable, damaged, manifests)
     summaries, jobs = {}, {r: job_of(manifests[r]["spec"]) for r in cols.runs}
     for r in cols.runs:
         try:
@@ -194,8 +194,8 @@ def history(store: RunStore) -> History:
                                   "damaged", headline=damaged.get(r, "unreadable")))
     index = {s.run_id: s.index for s in out if s.run_id in summaries}
     good = [r for r in cols.runs if r in summaries]
-    return History(out, _drifts(cols if len(good) == len(cols.runs) else read_columns(store, good), index,
-                                {r: jobs[r] for r in good}))
+    kept = cols if len(good) == len(cols.runs) else read_columns(store, good, manifests=manifests)
+    return History(out, _drifts(kept, index, {r: jobs[r] for r in good}))
 
 
 def history_under(req: RunsRequest) -> History:

@@ -8,7 +8,7 @@ from typing import Tuple
 from ..judge.baseline import comparison
 from ..judge.compare import Comparison
 from ..judge.requests import CompareRequest, ReportRequest
-from ..store.runs import run_dirs
+from ..store.runset import run_dirs
 from .junit import write_junit
 from .report import write_report
 

@@ -13,7 +13,7 @@ from ..judge.findings import CELL_STATES, FAIL, INFO, WARN, Verdict
 from ..paths import write_output
 from ..record.fingerprint import FINGERPRINT_FIELDS
 from ..record.keys import folded_request
-from ..store.runs import RunStore
+from ..store.runs import RunReader
 
 # a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim
 COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "equal": "#2ca02c", "n/a": "#d9d9d9"}
@@ -87,7 +87,7 @@ def _findings_table(findings) -> str:
     return _table(["severity", "kind", "finding", "cells", "details"], rows) if rows else "<p>none</p>"
 
 
-def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report") -> str:
+def build_report(store: RunReader, cmp: Comparison, title: str = "detrun report") -> str:
     verdict = cmp.verdict
     env = run_fingerprints(store, cmp.runs)
     cells = sorted((cell for row in verdict.cells.values() for cell in row.values()),
@@ -119,7 +119,7 @@ def build_report(store: RunStore, cmp: Comparison, title: str = "detrun report")
     return "\n".join(p for p in parts if p)
 
 
-def write_report(store: RunStore, cmp: Comparison, path: str, title: str = "detrun report",
+def write_report(store: RunReader, cmp: Comparison, path: str, title: str = "detrun report",
                  option: str = "-o/--output") -> None:
     """Write the report; a failed write is a DetrunError naming option."""
     write_output(path, build_report(store, cmp, title), option)

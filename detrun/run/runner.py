@@ -27,7 +27,8 @@ from ..record.task import TaskResult
 from ..spec.matrix import Shard, cells_for, check_size, shards
 from ..spec.model import JobSpec
 from ..store import heartbeat
-from ..store.runs import RunStore, new_run_id
+from ..store.manifests import new_run_id
+from ..store.runs import RunStore
 from . import faults
 from .isolation import (
     BugSamples,

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, List,
 from ..errors import DetrunError
 from ..judge.requests import ClaimOptions
 from ..record.status import RunStatus as Stored
+from ..store.manifests import check_run_id, new_run_id
 from ..store.requests import RunRequest
-from ..store.runs import RunStore, check_run_id, new_run_id
+from ..store.runs import RunStore
 
 if TYPE_CHECKING:
     from ..spec.model import JobSpec
