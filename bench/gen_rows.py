@@ -21,9 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from detrun.spec.matrix import key_parts, shards
+from detrun.record.keys import key_parts
+from detrun.record.rows import SCHEMA, make_row
+from detrun.spec.matrix import shards
 from detrun.spec.model import spec_from_dict
-from detrun.store.runs import SCHEMA, RunStore, make_row
+from detrun.store.runs import RunStore
 
 SLOTS, MODES, CASES, REPEATS, PER_TASK = 4, ["eager", "cudagraph"], 25, 25, 5
 DIFFS = 3

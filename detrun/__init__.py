@@ -1,7 +1,8 @@
 """detrun: a determinism regression runner for LLM attention kernels, on Ray.
 
 The parts, each a subpackage (its __init__ says what it may import; tests/test_layout.py checks it):
+record (what a run writes: rows, statuses, keys, fingerprints; every part reads it, it imports none),
 spec (the job spec and its matrix), kernels (what runs on the GPU), run (the Ray driver and the task),
 store (where results live), judge (the verdict), present (terminal, JUnit, HTML) and cli.py (the face).
-The base modules beside cli.py (errors, exitpolicy, stages, signals, envflags, paths, fingerprint)
-are shared by all parts and import no part."""
+The base modules beside cli.py (errors, exitpolicy, stages, signals, envflags, paths) are shared by all
+parts but record and import no part."""

@@ -8,10 +8,10 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.fingerprint import fingerprint_of
 from detrun.judge.baseline import compare_with_baseline, list_baselines, set_baseline
 from detrun.judge.claims import Checks
 from detrun.judge.findings import judge
+from detrun.record.fingerprint import fingerprint_of
 from detrun.store.runs import RunStore
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 

@@ -11,7 +11,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from detrun.judge.compare import compare_runs
-from detrun.store.runs import RunStore, run_dirs
+from detrun.store.runs import RunStore
+from detrun.store.runset import run_dirs
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
 

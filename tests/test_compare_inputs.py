@@ -2,12 +2,17 @@
 
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from detrun.cli import app
+from detrun.errors import DetrunError
+from detrun.judge.baseline import comparison
+from detrun.judge.claims import Checks
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
-from detrun.store.runs import RunStore, run_dirs
+from detrun.store.runs import RunReader, RunStore
+from detrun.store.runset import RunSet, run_dirs
 from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
 
 
@@ -39,6 +44,20 @@ def test_two_runs_with_one_id_stay_two_runs(tmp_path):
     flipped = compare_runs(*run_dirs("runs", [a, b]))
     assert judge(flipped).exit_code == 1 and not flipped.duplicates
     assert any(m.axis == "run" and m.b.startswith(f"{b}:") for m in flipped.mismatches)
+
+
+def test_a_run_set_and_a_store_are_one_reader_and_only_a_store_has_a_runs_root(tmp_path):
+    """Both read through RunReader; what takes more than reading (a baseline's documents) needs one runs root."""
+    one, two = RunStore(str(tmp_path / "one")), RunStore(str(tmp_path / "two"))
+    run_inline(one, small(**TINY), "a")
+    run_inline(two, small(**TINY), "b")
+    runs, labels = run_dirs("runs", [str(tmp_path / "one" / "a"), str(tmp_path / "two" / "b")])
+    assert isinstance(runs, RunSet) and isinstance(one, RunReader) and labels == ["a", "b"]
+    assert runs.manifest("b")["run_id"] == "b" and runs.read_rows(["a"]).num_rows == one.read_rows(["a"]).num_rows
+    assert one.runs_root("--baseline") is one
+    with pytest.raises(DetrunError, match=r"runs from several places \(.*\) can only be compared, not used for "
+                                          r"--baseline; pass run ids under one --runs-root"):
+        comparison(runs, ["a"], Checks(baseline=True))
 
 
 def test_the_same_run_twice_is_refused(store, tmp_path):

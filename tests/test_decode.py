@@ -22,10 +22,11 @@ from detrun.kernels.backends.reference import ReferenceBackend
 from detrun.kernels.digest import tensor_digest
 from detrun.present.junit import junit_xml
 from detrun.present.report import build_report
+from detrun.record.keys import row_key
 from detrun.run.isolation import Isolated, ShardBook, deferred_cell, unfinished_rows
 from detrun.run.shrink import failing_pair, inline_trial, shrink
 from detrun.run.worker import run_shard
-from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count, row_key
+from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count
 from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import ROOT, drop_row, flip_one_ulp, rewrite_rows, run_inline, small, stored_tensor
 from tests.procs import end_session

@@ -9,7 +9,6 @@ from html import escape
 import pyarrow.parquet as pq
 from rich.console import Console
 
-from detrun.fingerprint import fingerprint_of
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.claims import Checks
 from detrun.judge.compare import compare_runs
@@ -18,6 +17,7 @@ from detrun.judge.history import history
 from detrun.present.junit import junit_xml
 from detrun.present.render import print_history
 from detrun.present.report import build_report
+from detrun.record.fingerprint import fingerprint_of
 from tests.helpers import drop_row, flip_one_ulp, junit_text, rewrite_rows, run_inline, small, terminal_text
 
 SPLIT = dict(reference={"variant": "split_kv", "kv_tile": 4}, repeats=2)

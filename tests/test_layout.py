@@ -21,23 +21,24 @@ PACKAGE = ROOT / "detrun"
 # The modules beside cli.py that every part shares; they import no part. A new flat module must be added
 # here (or moved into a part): test_every_module_has_a_part fails until it is.
 BASE = {"detrun", "detrun.errors", "detrun.exitpolicy", "detrun.stages", "detrun.signals", "detrun.envflags",
-        "detrun.paths", "detrun.fingerprint"}
-PARTS = ("spec", "kernels", "run", "store", "judge", "present")
+        "detrun.paths"}
+PARTS = ("record", "spec", "kernels", "run", "store", "judge", "present")
 
 # part -> what its modules may import: a part (every module of it), "base", or one module by dotted name
 # (under detrun.). A part may always import its own modules.
 ALLOWED: Dict[str, Tuple[str, ...]] = {
     "base":    (),
-    "spec":    ("base",),
-    "store":   ("base",),
-    "kernels": ("base", "spec"),
-    "judge":   ("base", "spec", "store", "kernels.paths", "kernels.backends.plan_layouts"),  # the torch-free two
-    "present": ("base", "spec", "store", "judge"),
-    "run":     ("base", "spec", "kernels", "store", "judge"),
-    "cli":     ("base", "spec", "store", "judge", "present", "run"),
+    "record":  (),  # what a run writes and every part reads: it imports no other part, not even the base
+    "spec":    ("base", "record"),
+    "store":   ("base", "record"),
+    "kernels": ("base", "record", "spec"),
+    "judge":   ("base", "record", "spec", "store"),
+    "present": ("base", "record", "spec", "store", "judge"),
+    "run":     ("base", "record", "spec", "kernels", "store", "judge"),
+    "cli":     ("base", "record", "spec", "store", "judge", "present", "run"),
 }
 
-NO_TORCH_NO_RAY = ("spec", "store", "judge", "present")  # and cli, the base modules, and ALLOWED's torch-free modules
+NO_TORCH_NO_RAY = ("record", "spec", "store", "judge", "present")  # and cli and the base modules
 
 
 def module_name(path: Path) -> str:
@@ -126,7 +127,8 @@ def test_the_checker_sees_relative_and_function_level_imports(tmp_path):
     assert found == [(2, "detrun.run.runner"), (3, "detrun.store.runs")]
     assert not allowed("judge", "detrun.run.runner") and allowed("judge", "detrun.store.runs")
     assert not allowed("judge", "detrun.kernels.backends.flashinfer")
-    assert allowed("judge", "detrun.kernels.backends.plan_layouts")
+    assert not allowed("judge", "detrun.kernels.backends.plan_layouts")  # its vocabulary is the record's
+    assert allowed("judge", "detrun.record.plans") and not allowed("record", "detrun.errors")
 
 
 def _imported(modules: List[str]) -> List[str]:
@@ -148,7 +150,6 @@ def _imported(modules: List[str]) -> List[str]:
 
 def test_driver_side_parts_import_neither_torch_nor_ray():
     torch_free = [m for m in all_modules() if part_of(m) in NO_TORCH_NO_RAY + ("cli", "base")]
-    torch_free += [f"detrun.{e}" for e in ALLOWED["judge"] if "." in e]  # kernels.paths, plan_layouts
     if _imported(torch_free):  # then one at a time, so the message names the modules
         culprits = {m: _imported([m]) for m in torch_free}
         raise AssertionError("importing these pulls in torch/ray/flashinfer: "

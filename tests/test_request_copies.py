@@ -1,6 +1,6 @@
 """A request's copies (name#i): made by JobSpec.members, folded back by base_request and folded_request."""
 
-from detrun.spec.model import base_request, copy_name, folded_request
+from detrun.record.keys import base_request, copy_name, folded_request
 
 
 def test_request_copies_fold_to_their_base():

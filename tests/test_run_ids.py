@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from detrun.errors import DetrunError
-from detrun.store.runs import RunStore, check_run_id
+from detrun.store.manifests import check_run_id
+from detrun.store.runs import RunStore
 from tests.helpers import cli_error, job_file
 
 

@@ -9,10 +9,11 @@ from typer.testing import CliRunner
 from detrun.cli import app
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
+from detrun.record.rows import SCHEMA
 from detrun.run import runner
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
-from detrun.store.runs import SCHEMA, RunStore
+from detrun.store.runs import RunStore
 from tests.helpers import OK_ROW, ROW_IDENTITY, job_file, not_plain, run_inline, small
 
 FLAG = "SGLANG_FLASHINFER_USE_PAGED"

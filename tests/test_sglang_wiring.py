@@ -24,7 +24,7 @@ from detrun.kernels.backends import sglang as sglang_backend  # noqa: E402
 from detrun.kernels.backends.base import SGLangVersionMismatch  # noqa: E402
 from detrun.kernels.backends.sglang import SGLangBackend  # noqa: E402
 from detrun.kernels.inputs import build_batch  # noqa: E402
-from detrun.kernels.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX  # noqa: E402
+from detrun.record.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX  # noqa: E402
 from detrun.spec.model import spec_from_dict  # noqa: E402
 from tests.sglang_fakes import FakePaged, fake_api  # noqa: E402
 

@@ -1,12 +1,14 @@
-"""store/status.py: the members are the stored strings; a row's status reads back equal to its member."""
+"""record/status.py: the members are the stored strings; a row's status reads back equal to its member."""
 
 import json
 import pickle
 
 import pytest
 
-from detrun.store.runs import STATUSES, RunStore, make_row, read_part
-from detrun.store.status import RunStatus, Status
+from detrun.record.rows import STATUSES, make_row
+from detrun.record.status import RunStatus, Status
+from detrun.store.rows import read_part
+from detrun.store.runs import RunStore
 
 
 def test_statuses_are_their_strings_everywhere(tmp_path):

@@ -27,7 +27,7 @@ def test_a_writer_dying_midway_leaves_no_part(any_root, monkeypatch):
         where.write(b"PAR1" + b"\0" * 4096)  # a first chunk of Parquet, then the writer dies
         raise RuntimeError("killed midway")
 
-    monkeypatch.setattr("detrun.store.runs.pq.write_table", dies_after_one_chunk)
+    monkeypatch.setattr("detrun.store.rows.pq.write_table", dies_after_one_chunk)
     for shard in ("g0-r0-0", "g1-r0-0"):  # replacing a part, and a new one
         with pytest.raises(RuntimeError, match="killed midway"):
             store.write_rows("r1", shard, rows)

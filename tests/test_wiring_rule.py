@@ -4,7 +4,7 @@ wiring audit reports (the grid over SGLang's real code is tests/test_sglang_wiri
 import pytest
 
 from detrun.judge.wiring import sglang_rule, wiring_problems
-from detrun.kernels.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, path_of
+from detrun.record.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, path_of
 
 PAGED_K = "flashinfer::BatchPrefillWithPagedKVCacheKernel<...>"
 RAGGED_K = "flashinfer::BatchPrefillWithRaggedKVCacheKernel<...>"

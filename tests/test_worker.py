@@ -8,11 +8,12 @@ from detrun.kernels import digest
 from detrun.kernels.backends.base import KernelTime
 from detrun.kernels.backends.reference import ReferenceBackend
 from detrun.kernels.envinfo import environment
+from detrun.record.keys import row_key
+from detrun.record.rows import SCHEMA
 from detrun.run.runner import failure_line
 from detrun.run.worker import run_shard
-from detrun.spec.matrix import Shard, cells_for, expected_keys, row_key
+from detrun.spec.matrix import Shard, cells_for, expected_keys
 from detrun.spec.model import spec_from_dict
-from detrun.store.runs import SCHEMA
 from tests.helpers import OK_ROW, ROW_IDENTITY, modules_to_unpickle, not_plain, small
 
 

@@ -3,5 +3,4 @@ and judged once against the claims (claims.py, findings.judge) into the frozen V
 (verdict.py); baselines (baseline.py) and history (history.py); what compare, report and baseline are asked
 (requests.py).
 
-May import: the base modules, detrun.spec, detrun.store and the torch-free detrun.kernels.paths and
-detrun.kernels.backends.plan_layouts. No torch, no ray."""
+May import: the base modules, detrun.record, detrun.spec and detrun.store. No torch, no ray."""

@@ -1,12 +1,12 @@
 """Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took.
 
-The path names live in kernels/paths.py (no torch), where the backends take them from too."""
+The path names are the record's (record/paths.py), where the backends take them from too."""
 
 from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
-from ..kernels.paths import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
+from ..record.paths import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
 
 
 def is_ragged_kernel(name: str) -> bool:

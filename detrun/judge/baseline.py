@@ -17,10 +17,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import DetrunError
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
-from ..store.runs import RunStore
-from ..store.status import RunStatus
+from ..store.runs import RunReader, RunStore
 from .claims import Checks
 from .columnar import Columns, combine, densify, read_columns
 from .compare import Comparison, compare_columns, compare_runs
@@ -31,7 +31,7 @@ from .verdict import BaselineContext, Verdict
 _DIR = "baselines"
 
 
-def run_fingerprints(store: RunStore, run_ids: Sequence[str]) -> Dict[str, Dict[str, object]]:
+def run_fingerprints(store: RunReader, run_ids: Sequence[str]) -> Dict[str, Dict[str, object]]:
     """fingerprint -> its fields, for every fingerprint recorded in these runs' rows."""
     table = store.dataset(run_ids).to_table(columns=["fingerprint", *FINGERPRINT_FIELDS])
     out: Dict[str, Dict[str, object]] = {}
@@ -171,7 +171,7 @@ def compare_with_baseline(store: RunStore, run_id: str,
     return cmp, context
 
 
-def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Tuple[Comparison, BaselineContext]:
+def comparison(store: RunReader, runs: Sequence[str], checks: Checks = Checks()) -> Tuple[Comparison, BaselineContext]:
     """What compare, submit and report check: the runs among themselves (an empty baseline context), or one
     run against its baseline."""
     if not checks.baseline:
@@ -180,10 +180,10 @@ def comparison(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) 
         return compare_runs(store, runs, checks.details, checks.strict, dict(checks.expect)), BaselineContext()
     if len(runs) != 1:
         raise DetrunError(f"--baseline compares one run against its baseline, got {len(runs)} runs")
-    return compare_with_baseline(store, runs[0], checks)
+    return compare_with_baseline(store.runs_root("--baseline"), runs[0], checks)
 
 
-def verdict_of(store: RunStore, runs: Sequence[str], checks: Checks = Checks()) -> Verdict:
+def verdict_of(store: RunReader, runs: Sequence[str], checks: Checks = Checks()) -> Verdict:
     """The runs compared (comparison) and judged once: the Verdict every presenter reads."""
     return judge(*comparison(store, runs, checks))
 

@@ -8,7 +8,7 @@ dropped. Whole rows are only built (rows_at) for the few rows a verdict needs to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -16,9 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import DetrunError
-from ..fingerprint import FINGERPRINT_FIELDS
-from ..store.runs import ADDED, SCHEMA, RunStore, read_part, with_added
-from ..store.status import Status
+from ..record.fingerprint import FINGERPRINT_FIELDS
+from ..record.manifest import Manifest
+from ..record.rows import ADDED, SCHEMA, with_added
+from ..record.status import Status
+from ..store.rows import read_part
+from ..store.runs import RunReader
 from .audit import audit_kernels
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
@@ -31,9 +34,9 @@ _DICT = pa.dictionary(pa.int32(), pa.string())
 DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a row needs
 
 
-def _read(store: RunStore, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
+def _read(store: RunReader, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
     """Some columns of one file, dictionary-encoded where asked; a file written before a column was
-    added (store.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
+    added (record.rows.ADDED) gets it with the value such rows have (phase "prefill", last digests null)."""
     try:
         return read_part(store.fs, path, columns=list(columns), read_dictionary=list(dictionary))
     except DetrunError as exc:
@@ -125,8 +128,9 @@ class Columns:
     """Rows of runs (in run order, files sorted, rows in file order), as codes (keys as strings);
     a row's index is its place in that order."""
 
-    store: RunStore
+    store: RunReader
     runs: List[str]
+    manifests: Dict[str, Manifest]  # each run's, read once
     files: List[str]
     starts: np.ndarray  # row index where each file starts; last entry: total rows
     run_files: Dict[str, Tuple[int, int]]  # run -> its files [lo, hi)
@@ -224,15 +228,19 @@ class Columns:
         a, b = self.row_range(run_id)
         for column in INTS + STRINGS:
             self.codes(column)
-        return Columns(self.store, [run_id], self.files[lo:hi], self.starts[lo:hi + 1] - a,
+        return Columns(self.store, [run_id], {run_id: self.manifests[run_id]}, self.files[lo:hi],
+                       self.starts[lo:hi + 1] - a,
                        {run_id: (0, hi - lo)}, self.table.slice(a, b - a),
                        [(i - a, p) for i, p in self.audit if a <= i < b], self.profiled[a:b],
                        {c: v[a:b] for c, v in self._codes.items()})
 
 
-def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[str, str]] = None) -> Columns:
-    """The runs' rows as codes. With `damaged`, a run whose manifest or a Parquet file cannot be read is
-    left out and recorded there (run -> reason) instead of failing the whole read."""
+def read_columns(store: RunReader, runs: Sequence[str], damaged: Optional[Dict[str, str]] = None,
+                 manifests: Optional[Mapping[str, Manifest]] = None) -> Columns:
+    """The runs' rows as codes, with their manifests (those given, else read here). With `damaged`, a run
+    whose manifest or a Parquet file cannot be read is left out and recorded there (run -> reason) instead
+    of failing the whole read."""
+    read: Dict[str, Manifest] = {}
     files: List[str] = []
     run_files: Dict[str, Tuple[int, int]] = {}
     tables: List[pa.Table] = []
@@ -243,7 +251,7 @@ def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[st
     for run_id in runs:
         mark = (len(files), len(tables), len(audit), len(profiled), len(starts))
         try:
-            store.manifest(run_id)
+            read[run_id] = (manifests or {}).get(run_id) or store.manifest(run_id)
             for path in store.row_files(run_id):
                 table = _read(store, path, INTS + STRINGS + ("key", "kernels"), STRINGS + ("kernels.list.element",))
                 profiled.append(np.zeros(len(table), dtype=bool))
@@ -263,8 +271,8 @@ def read_columns(store: RunStore, runs: Sequence[str], damaged: Optional[Dict[st
         table = pa.concat_tables(tables).unify_dictionaries()
     else:
         table = _as_codes(SCHEMA.empty_table().select(INTS + STRINGS + ("key",)))
-    return Columns(store, kept, files, np.asarray(starts, dtype=np.int64), run_files, table, audit,
-                   np.concatenate(profiled) if profiled else np.zeros(0, dtype=bool))
+    return Columns(store, kept, {r: read[r] for r in kept}, files, np.asarray(starts, dtype=np.int64), run_files,
+                   table, audit, np.concatenate(profiled) if profiled else np.zeros(0, dtype=bool))
 
 
 def densify(code: np.ndarray) -> np.ndarray:

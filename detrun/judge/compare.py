@@ -24,13 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..envflags import parse_bool
-from ..fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
-from ..kernels.backends.plan_layouts import PLAN_UNKNOWN
-from ..spec.matrix import expected_key_array, key_layout, key_parts, row_key
+from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.keys import key_parts, row_key
+from ..record.manifest import Manifest
+from ..record.plans import PLAN_UNKNOWN
+from ..record.status import RunStatus, Status
+from ..spec.matrix import expected_key_array, key_layout
 from ..spec.model import spec_from_dict
 from ..spec.sglang import USE_PAGED_FLAG, profile_label
-from ..store.runs import RunStore
-from ..store.status import RunStatus, Status
+from ..store.runs import RunReader
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
@@ -192,8 +194,8 @@ def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
 
 
 class _Blobs:
-    def __init__(self, store: RunStore, runs: Sequence[str]):
-        self.store, self.runs = store, list(runs)
+    def __init__(self, store: RunReader, runs: Sequence[str], manifests: Dict[str, Manifest]):
+        self.store, self.runs, self.manifests = store, list(runs), manifests
 
     def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
         """A row's stored bytes and shape; with last, only its last row (the last query token)."""
@@ -204,7 +206,7 @@ class _Blobs:
 
     def _absent(self, r: dict, which: str) -> str:
         """Why a row's tensor has no bytes: its run stores none, or the blob of its digest is missing."""
-        spec = self.store.manifest(r["run_id"])["spec"]
+        spec = self.manifests[r["run_id"]]["spec"]
         if spec.get("store_tensors", True) is False:
             return f"run {r['run_id']} stores no tensors (store_tensors: false)"
         return f"blob {r[f'{which}_digest'] or '(no digest)'} missing under {self.store.blob_home([r['run_id']])}"
@@ -274,7 +276,7 @@ def _positions(cols: Columns, run_id: str, cells: list, blocks: list, expected) 
 def _check_cells(cols: Columns, result: Comparison) -> None:
     """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
     for run_id in cols.runs:
-        manifest = cols.store.manifest(run_id)
+        manifest = cols.manifests[run_id]
         if manifest.get("status") != RunStatus.COMPLETE:
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
@@ -453,7 +455,7 @@ def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
     return out
 
 
-def compare_runs(store: RunStore, runs: Sequence[str], max_details: int = 3, strict: bool = False,
+def compare_runs(store: RunReader, runs: Sequence[str], max_details: int = 3, strict: bool = False,
                  expect: Optional[Dict[str, str]] = None) -> Comparison:
     return compare_columns(read_columns(store, runs), max_details, strict, expect)
 
@@ -536,7 +538,7 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     first[group[::-1]] = rows[::-1]
     lacking = first[~audited]
     for _, r in sorted(cols.rows_in_memory(lacking).items()):
-        fi = cols.store.manifest(r["run_id"])["spec"].get("flashinfer", {})
+        fi = cols.manifests[r["run_id"]]["spec"].get("flashinfer", {})
         why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
                f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
         plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
@@ -549,7 +551,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     """compare_runs over rows already read: grouping on integer codes, Python only for the groups
     whose plans or digests are not all one (their mismatches, notes and counts). The claims are the
     runs' specs' (expect, deterministic), then expect, then strict (every axis bitwise)."""
-    specs = [cols.store.manifest(run)["spec"] for run in cols.runs]
+    specs = [cols.manifests[run]["spec"] for run in cols.runs]
     result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
     result.profiles = sorted({p for p in (profile_label(s.get("sglang")) for s in specs) if p})
     result.rows = cols.n
@@ -577,7 +579,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
-    blobs = _Blobs(cols.store, cols.runs)
+    blobs = _Blobs(cols.store, cols.runs, cols.manifests)
     names = cols.dictionary("request")
     judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
     for code in sorted(np.unique(req).tolist(), key=names.__getitem__):

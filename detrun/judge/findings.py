@@ -12,8 +12,8 @@ from collections import Counter, defaultdict
 from typing import Dict, List, Sequence, Tuple
 
 from ..errors import ExitCode
-from ..spec.model import folded_request
-from ..store.status import Status
+from ..record.keys import folded_request
+from ..record.status import Status
 from .claims import AXIS_NAMES
 from .compare import AxisVerdict, Comparison, Mismatch
 from .verdict import (

@@ -12,16 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 
 from ..errors import DetrunError
-from ..spec.matrix import key_mode
+from ..record.keys import key_mode
+from ..record.manifest import Manifest
+from ..record.status import RunStatus
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.requests import RunsRequest
 from ..store.runs import RunStore
-from ..store.status import RunStatus
 from .columnar import Columns, combine, densify, read_columns
 from .compare import compare_columns
 from .findings import judge
@@ -89,7 +90,7 @@ class History:
 
 
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
-    manifest = cols.store.manifest(run_id)
+    manifest = cols.manifests[run_id]
     verdict = judge(compare_columns(cols, max_details=0))
     label = (NOT_VERIFIED if verdict.label == NOT_VERIFIED else "FAIL" if verdict.failed
              else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
@@ -150,7 +151,7 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
     return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 
-def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, dict]:
+def _manifests(store: RunStore, runs: List[str], damaged: Dict[str, str]) -> Dict[str, Manifest]:
     """The readable manifests (a damaged run's too, for its place in time); why each damaged run is
     (RunStore.damage, as detrun list says it) in damaged."""
     out = {}
@@ -174,7 +175,7 @@ def history(store: RunStore) -> History:
     runs = store.list_runs()
     manifests = _manifests(store, runs, damaged)
     readable = sorted((r for r in manifests if r not in damaged), key=lambda r: (manifests[r].get("created", ""), r))
-    cols = read_columns(store, readable, damaged)
+    cols = read_columns(store, readable, damaged, manifests)
     summaries, jobs = {}, {r: job_of(manifests[r]["spec"]) for r in cols.runs}
     for r in cols.runs:
         try:
@@ -188,13 +189,14 @@ def history(store: RunStore) -> History:
             summaries[r].index = i
             out.append(summaries[r])
         else:
-            spec = manifests.get(r, {}).get("spec", {})
-            out.append(RunSummary(i, r, manifests.get(r, {}).get("created", ""), spec.get("name", "?"), [],
+            known: Mapping[str, Any] = manifests.get(r) or {}  # unreadable: none
+            spec = known.get("spec", {})
+            out.append(RunSummary(i, r, known.get("created", ""), spec.get("name", "?"), [],
                                   "damaged", headline=damaged.get(r, "unreadable")))
     index = {s.run_id: s.index for s in out if s.run_id in summaries}
     good = [r for r in cols.runs if r in summaries]
-    return History(out, _drifts(cols if len(good) == len(cols.runs) else read_columns(store, good), index,
-                                {r: jobs[r] for r in good}))
+    kept = cols if len(good) == len(cols.runs) else read_columns(store, good, manifests=manifests)
+    return History(out, _drifts(kept, index, {r: jobs[r] for r in good}))
 
 
 def history_under(req: RunsRequest) -> History:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..kernels.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, family, path_of
+from ..record.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, family, path_of
 from .audit import audit_kernels
 
 EXTEND, DECODE, DLLM_EXTEND = "EXTEND", "DECODE", "DLLM_EXTEND"

@@ -13,7 +13,7 @@ from typing import Dict, Iterable
 import torch
 
 from ..envflags import BOOL_FLAGS
-from ..fingerprint import fingerprint_of
+from ..record.fingerprint import fingerprint_of
 
 
 def _version(dist: str) -> str:

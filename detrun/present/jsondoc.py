@@ -57,7 +57,7 @@ def status_doc(st: Any, job_state: Optional[str]) -> Dict[str, Any]:
     return doc
 
 
-def list_doc(runs: Iterable[Tuple[str, Union[dict, Exception]]]) -> Dict[str, Any]:
+def list_doc(runs: Iterable[Tuple[str, Union[Mapping[str, Any], Exception]]]) -> Dict[str, Any]:
     """detrun list: each run's status, GPUs and spec path, or why it is damaged."""
     out: List[Dict[str, Any]] = []
     for run_id, manifest in runs:

@@ -8,7 +8,7 @@ from typing import Tuple
 from ..judge.baseline import verdict_of
 from ..judge.requests import CompareRequest, ReportRequest
 from ..judge.verdict import Verdict
-from ..store.runs import run_dirs
+from ..store.runset import run_dirs
 from .junit import write_junit
 from .report import write_report
 

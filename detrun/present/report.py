@@ -7,10 +7,10 @@ from collections import Counter
 from html import escape
 from typing import Sequence
 
-from ..fingerprint import FINGERPRINT_FIELDS
 from ..judge.claims import AXIS_NAMES
 from ..judge.verdict import CELL_STATES, FAIL, INFO, WARN, Verdict
 from ..paths import write_output
+from ..record.fingerprint import FINGERPRINT_FIELDS
 
 # a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim
 COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "equal": "#2ca02c", "n/a": "#d9d9d9"}

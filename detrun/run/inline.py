@@ -8,10 +8,10 @@ import os
 from typing import Iterator, List, Mapping
 
 from ..errors import DetrunError
+from ..record.status import RunStatus
 from ..spec.matrix import shards
 from ..spec.model import JobSpec
 from ..store.runs import RunStore
-from ..store.status import RunStatus
 from .isolation import deferred_cell
 
 

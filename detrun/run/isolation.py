@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..spec.matrix import Cell, Shard, cells_for, row_key
+from ..record.keys import row_key
+from ..record.rows import make_row
+from ..record.status import Status
+from ..record.task import Deferred
+from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec
-from ..store.runs import make_row
-from ..store.status import Status
 
-# Why a cell runs alone (Isolated.kind); not a row's status (store/status.py), although known_bug is both.
+# Why a cell runs alone (Isolated.kind); not a row's status (record/status.py), although known_bug is both.
 KNOWN_BUG, LOST_CONTEXT, CRASHED = "known_bug", "lost_context", "crashed"
 NOT_REPRODUCED = "known bug did not reproduce (fixed?)"
 REPRODUCED = "known bug reproduced in an isolated worker"
@@ -60,7 +62,7 @@ def _key(cell: Cell) -> CellKey:
     return cell.case, cell.mode, cell.repeat, cell.phase
 
 
-def deferred_cell(d: dict) -> Cell:
+def deferred_cell(d: Deferred) -> Cell:
     """A cell a shard task handed back (worker.py's deferred entry; one without a phase is prefill)."""
     return Cell(d["case"], d["mode"], d["repeat"], d.get("phase") or "prefill")
 
@@ -68,9 +70,10 @@ def deferred_cell(d: dict) -> Cell:
 def unfinished_rows(spec: JobSpec, run_id: str, shard: Shard, cells: Iterable[Cell], status: str,
                     reason: str) -> List[dict]:
     """A row per request of each cell, with no result (the cells did not finish), in the cells' order."""
-    return [make_row(run_id=run_id, key=row_key(cell.case, request, cell.mode, cell.repeat, shard.slot, cell.phase),
-                     case=cell.case, request=request, mode=cell.mode, phase=cell.phase, repeat=cell.repeat,
-                     slot=shard.slot, shard=shard.shard_id, status=status, reason=reason)
+    return [dict(make_row(run_id=run_id, key=row_key(cell.case, request, cell.mode, cell.repeat, shard.slot,
+                                                     cell.phase),
+                          case=cell.case, request=request, mode=cell.mode, phase=cell.phase, repeat=cell.repeat,
+                          slot=shard.slot, shard=shard.shard_id, status=status, reason=reason))  # as a task's rows
             for cell in cells for request in spec.members(cell.case)]
 
 
@@ -105,7 +108,8 @@ def reproduced(rows: List[dict]) -> bool:
 class ShardBook:
     """A shard's rows, kept until every isolated cell has its rows; then written as one file."""
 
-    def __init__(self, spec: JobSpec, shard: Shard, out: Optional[dict], waiting: List[Cell]):
+    def __init__(self, spec: JobSpec, shard: Shard, out: Optional[Mapping[str, Any]], waiting: List[Cell]):
+        """out: the shard task's TaskResult, None when its process died."""
         self.spec, self.shard = spec, shard
         self.by_cell: Dict[CellKey, List[dict]] = defaultdict(list)
         for row in (out or {}).get("rows", []):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from ..errors import DetrunError
+from ..record.status import RunStatus
 from ..spec.matrix import Shard, shard_keys, shards
 from ..spec.model import JobSpec, spec_from_dict
 from ..store.runs import RunStore
-from ..store.status import RunStatus
 
 
 def missing_shards(store: RunStore, run_id: str) -> Tuple[JobSpec, List[Shard]]:

@@ -22,11 +22,13 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption, mark_incomplete
+from ..record.status import RunStatus, Status
+from ..record.task import TaskResult
 from ..spec.matrix import Shard, cells_for, check_size, shards
 from ..spec.model import JobSpec
 from ..store import heartbeat
-from ..store.runs import RunStore, new_run_id
-from ..store.status import RunStatus, Status
+from ..store.manifests import new_run_id
+from ..store.runs import RunStore
 from . import faults
 from .isolation import (
     BugSamples,
@@ -55,7 +57,7 @@ LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
 
 
 @ray.remote(num_gpus=1, max_retries=1, retry_exceptions=False)
-def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> dict:
+def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None) -> TaskResult:
     """One shard on one GPU (num_gpus in the decorator: a fresh worker process per task).
 
     System failures (worker crash, node death) are retried once; exceptions never are, so a
@@ -65,14 +67,14 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dic
 
 
 @ray.remote(num_gpus=1, max_retries=0)
-def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None) -> dict:
+def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None) -> TaskResult:
     """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result
     (the driver cancels it after isolation.cell_timeout_s and the grace, so it knows a hang for one)."""
     return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False, context=context)
 
 
 def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False,
-         watchdog: bool = True, context: Optional[dict] = None) -> dict:
+         watchdog: bool = True, context: Optional[dict] = None) -> TaskResult:
     """context: the driver's settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
     entered, start = time.time(), time.perf_counter()
     from .worker import run_shard  # torch and detrun: the task's first imports
@@ -292,7 +294,7 @@ class _ShardRun:
     def _collect(self, ref: ray.ObjectRef, shard: Shard, bundle: int) -> None:
         ready, start = time.time(), time.perf_counter()
         try:
-            out = ray.get(ref)
+            out: TaskResult = ray.get(ref)
         except ray.exceptions.OutOfMemoryError as exc:
             return self._error_rows(shard, f"killed by Ray's memory monitor (out of memory): {failure_line(exc)}")
         except ray.exceptions.WorkerCrashedError as exc:
@@ -329,7 +331,7 @@ class _ShardRun:
             print(note, file=sys.stderr)
 
     # -- crash isolation: cells run alone in sacrificial workers (isolation.py)
-    def _isolate(self, shard: Shard, out: Optional[dict], items: List[Isolated], bundle: int) -> None:
+    def _isolate(self, shard: Shard, out: Optional[TaskResult], items: List[Isolated], bundle: int) -> None:
         """Hold the shard's rows; queue its isolated cells first on the bundle that ran it."""
         self.books[shard.shard_id] = ShardBook(self.spec, shard, out, [i.cell for i in items])
         run = []
@@ -348,7 +350,7 @@ class _ShardRun:
     def _collect_cell(self, ref: ray.ObjectRef, item: Isolated) -> None:
         blobs, timings = {}, None
         try:
-            out = ray.get(ref)
+            out: TaskResult = ray.get(ref)
             rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
         except ray.exceptions.RayError as exc:
             rows = lost_rows(self.spec, self.run_id, item,

@@ -24,9 +24,10 @@ from ..errors import DetrunError
 from ..judge.compare import compare_runs, explain
 from ..judge.findings import judge
 from ..judge.verdict import FAIL
-from ..spec.model import JobSpec, base_request, spec_from_dict
+from ..record.keys import base_request
+from ..record.status import Status
+from ..spec.model import JobSpec, spec_from_dict
 from ..store.runs import RunStore
-from ..store.status import Status
 from .requests import ShrinkRequest
 
 # A trial: store one complete run of the spec under run_id; returns its failures (none: every row stored).

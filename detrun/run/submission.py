@@ -15,13 +15,14 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, List, Optional, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, List, Mapping, Optional, Tuple, Union, cast
 
 from ..errors import DetrunError
 from ..judge.requests import ClaimOptions
+from ..record.status import RunStatus as Stored
+from ..store.manifests import check_run_id, new_run_id
 from ..store.requests import RunRequest
-from ..store.runs import RunStore, check_run_id, new_run_id
-from ..store.status import RunStatus as Stored
+from ..store.runs import RunStore
 
 if TYPE_CHECKING:
     from ..spec.model import JobSpec
@@ -200,8 +201,8 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
 
 def recorded_job(store: RunStore, run: str, address: Optional[str] = None) -> Optional[Tuple[str, str]]:
     """(address, latest submission id) of a run submitted through the Jobs API, else None."""
-    record = store.submission(run) or {}
-    manifest = store.manifest(run) if store.has_run(run) else {}
+    record: Mapping[str, Any] = store.submission(run) or {}
+    manifest: Mapping[str, Any] = store.manifest(run) if store.has_run(run) else {}
     sid = (record.get("submission_ids") or [manifest.get("submission_id")])[-1]
     address = address or record.get("address") or manifest.get("job_address")
     return (address, sid) if sid and address else None

@@ -39,11 +39,13 @@ from ..kernels.backends.base import (
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.envinfo import environment, seen_flags
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
-from ..spec.matrix import Cell, Shard, cells_for, row_key
+from ..record.keys import row_key
+from ..record.status import Status
+from ..record.task import Deferred, TaskResult
+from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
-from ..store.status import Status
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
@@ -194,7 +196,7 @@ class ShardRunner:
         self.before: Dict[str, float] = {}  # the STEADY_PARTS stages' seconds then
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
-        self.deferred: List[dict] = []  # cells for isolated workers: case, mode, repeat, phase, kind, reason
+        self.deferred: List[Deferred] = []  # cells for isolated workers
         # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
         self.pending: Deque[tuple] = collections.deque()
         # a spec's env: checked at validation
@@ -303,8 +305,8 @@ class ShardRunner:
         traceback.print_exc()
 
     def _defer(self, cell: Cell, kind: str, reason: str) -> None:
-        self.deferred.append(dict(case=cell.case, mode=cell.mode, repeat=cell.repeat, phase=cell.phase, kind=kind,
-                                  reason=reason))
+        self.deferred.append(Deferred(case=cell.case, mode=cell.mode, repeat=cell.repeat, phase=cell.phase, kind=kind,
+                                      reason=reason))
 
     def _cell(self, cell: Cell, batches: dict) -> None:
         """Run one cell; a steady one (its case, phase and mode ran before in this task) is timed from the end
@@ -376,13 +378,13 @@ class ShardRunner:
         self.ran.add((cell.case, cell.phase, cell.mode))
         return steady
 
-    def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> dict:
+    def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> TaskResult:
         """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
         isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
         if self.environment_error:  # no rows of the wrong environment: the driver stops the run
             self.draws.close()
-            return {"rows": [], "blobs": {}, "note": "", "deferred": [], "environment_error": self.environment_error,
-                    "timings": {"stages": self.stages.as_dict()}}
+            return TaskResult(rows=[], blobs={}, note="", deferred=[], environment_error=self.environment_error,
+                              timings={"stages": self.stages.as_dict()})
         batches: dict = {}
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
         with self.main_stream(), self.collector:
@@ -394,13 +396,13 @@ class ShardRunner:
         self.draws.close()
         if arm:
             faulthandler.cancel_dump_traceback_later()
-        return {"rows": self.rows, "blobs": self.blobs, "note": self.note, "deferred": self.deferred,
-                "timings": {"stages": self.stages.as_dict()}}
+        return TaskResult(rows=self.rows, blobs=self.blobs, note=self.note, deferred=self.deferred,
+                          environment_error="", timings={"stages": self.stages.as_dict()})
 
 
 def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
               timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
-              watchdog: bool = False) -> dict:
+              watchdog: bool = False) -> TaskResult:
     """Run one shard (or some of its cells; force: known-bug cells too, as an isolated worker does);
     the result's timings say where the task's seconds went (see stages.py)."""
     start = time.perf_counter()

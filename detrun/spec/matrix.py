@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Tuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DetrunError
+from ..record.keys import key_mode, key_parts, row_key
 from .model import JobSpec, Mode, Phase
 
 
@@ -54,31 +55,6 @@ def shards(spec: JobSpec, gpus: int) -> List[Shard]:
         for start in range(0, spec.repeats, per_task)
     ]
     return [Shard(slot, chunk) for slot in range(gpus) for chunk in chunks]
-
-
-def key_mode(mode: str, phase: str) -> str:
-    """A key's mode part: the mode for prefill (the keys rows always had), mode+decode for decode."""
-    return mode if phase == "prefill" else f"{mode}+{phase}"
-
-
-def _head(case: str, request: str, mode: str, phase: str = "prefill") -> str:
-    return f"{case}/{request}/{key_mode(mode, phase)}"
-
-
-def _tail(repeat: int, slot: int) -> str:
-    return f"/r{repeat}/g{slot}"
-
-
-def row_key(case: str, request: str, mode: str, repeat: int, slot: int, phase: str = "prefill") -> str:
-    return _head(case, request, mode, phase) + _tail(repeat, slot)
-
-
-def key_parts(cells: Sequence[Tuple[str, str, str, str]], blocks: List[Tuple[int, int]]) -> Tuple[pa.Array, pa.Array]:
-    """row_key in two Arrow arrays: the head of each (case, request, mode, phase) cell, the tail of each
-    (slot, repeat) block."""
-    heads = pa.array([_head(*cell) for cell in cells] or [""], pa.string())
-    tails = pa.array([_tail(repeat, slot) for slot, repeat in blocks] or [""], pa.string())
-    return heads, tails
 
 
 def shard_rows(spec: JobSpec, shard: Shard) -> Iterator[Tuple[str, Cell, str]]:

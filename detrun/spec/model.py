@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, DIGEST_STREAM, FORBIDDEN_FLAGS, digest_depth, digest_stream, parse_bool
 from ..errors import DetrunError
+from ..record.keys import COPY, base_request, copy_name
 from .messages import blamed_override, error_text, kind_of
 from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, TENSOR_CORE_FLAG, apply_profile, reads_use_paged
 from .sweep import Generator, expand
@@ -31,25 +32,6 @@ def _prefill_only() -> List[Phase]:
 Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run"]  # claims.AXIS_NAMES
 Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
-
-
-COPY = "#"  # a request's copies in a case are name#0, name#1, ... (JobSpec.members); no request name has it
-
-
-def copy_name(name: str, i: int) -> str:
-    """The name of copy i of a request."""
-    return f"{name}{COPY}{i}"
-
-
-def base_request(name: str) -> str:
-    """The request a copy (name#i) or a folded row (name#*) is of; a plain name is its own."""
-    return name.partition(COPY)[0]
-
-
-def folded_request(name: str) -> str:
-    """The one row a request's copies are shown as: name#i -> name#*, a plain name unchanged."""
-    base, _, copy = name.partition(COPY)
-    return f"{base}{COPY}*" if copy else base
 
 
 class _Model(BaseModel):

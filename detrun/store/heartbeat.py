@@ -12,15 +12,16 @@ import socket
 import time
 from typing import Optional
 
-from .status import RunStatus
+from ..record.manifest import DriverRecord, Manifest
+from ..record.status import RunStatus
 
 PERIOD_S = float(os.environ.get("DETRUN_HEARTBEAT_S", "10"))
 STALE_PERIODS = 3
 
 
-def driver_record() -> dict:
+def driver_record() -> DriverRecord:
     """This process as the run's driver, beating now."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "heartbeat_unix": time.time(), "period_s": PERIOD_S}
+    return DriverRecord(host=socket.gethostname(), pid=os.getpid(), heartbeat_unix=time.time(), period_s=PERIOD_S)
 
 
 def _alive(pid: object) -> bool:
@@ -41,7 +42,7 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def silent_for(manifest: dict, now: Optional[float] = None) -> Optional[float]:
+def silent_for(manifest: Manifest, now: Optional[float] = None) -> Optional[float]:
     """Seconds without a heartbeat if the run is stale (running, its driver gone); else None."""
     driver = manifest.get("driver")
     if manifest.get("status") != RunStatus.RUNNING or not isinstance(driver, dict):
@@ -56,7 +57,7 @@ def silent_for(manifest: dict, now: Optional[float] = None) -> Optional[float]:
     return age
 
 
-def run_state(manifest: dict, now: Optional[float] = None) -> str:
+def run_state(manifest: Manifest, now: Optional[float] = None) -> str:
     """The manifest's status, or `stale (...)` for a running run whose driver is gone."""
     age = silent_for(manifest, now)
     if age is None:

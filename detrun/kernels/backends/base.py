@@ -10,6 +10,12 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 import torch
 
 from ...envflags import env_bool
+from ...record.paths import (  # noqa: F401  (the backends take them from here)
+    PATH_DECODE,
+    PATH_PAGED,
+    PATH_RAGGED,
+    PATH_RAGGED_PREFIX,
+)
 from ...spec.model import JobSpec
 from ...spec.sglang import (
     USE_PAGED_FLAG,  # noqa: F401  (the worker takes it from here)
@@ -17,12 +23,6 @@ from ...spec.sglang import (
 )
 from ...stages import Stages
 from ..inputs import Batch
-from ..paths import (  # noqa: F401  (the backends take them from here)
-    PATH_DECODE,
-    PATH_PAGED,
-    PATH_RAGGED,
-    PATH_RAGGED_PREFIX,
-)
 
 
 class Unsupported(Exception):

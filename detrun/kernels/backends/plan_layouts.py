@@ -15,7 +15,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 from packaging.version import Version
 
-PLAN_UNKNOWN = "plan_unknown"  # the plan key that carries why a plan could not be read
+from ...record.plans import PLAN_UNKNOWN
+
 FA2_PREFILL, FA3_PREFILL, DECODE = "fa2_prefill", "fa3_prefill", "decode"
 
 # PrefillPlanInfo::ToVector() (FA2 prefill; also the tensor-core decode path's plan).

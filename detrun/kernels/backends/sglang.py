@@ -23,11 +23,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from packaging.version import Version
 
+from ...record.paths import path_of
 from ...spec.model import JobSpec
 from ...spec.sglang import FULL_PREFILL_GRAPH_0523
 from ...stages import Stages
 from ..inputs import Batch
-from ..paths import path_of
 from . import sglang_stubs
 from .base import (
     AttentionBackend,
