@@ -71,6 +71,7 @@ submit() {  # skipped unless DETRUN_GPU_ONLY names it, or past DETRUN_GPU_BUDGET
   echo "== submit $id exit $? in $(( $(date +%s) - s )) s"
 }
 compare() {  # skipped when a run was not made
+  local id
   for id in "$@"; do [[ $id == -* ]] && break; [[ -d runs/$id ]] || return 0; done
   python3 -m detrun.cli compare "$@" --runs-root runs
   echo "== compare $* exit $?"

@@ -198,3 +198,20 @@ def test_a_second_backend_in_the_process_gets_its_own_workspace_size(make, monke
     be = make(False, False)
     assert "SGLANG_FLASHINFER_WORKSPACE_SIZE" not in os.environ
     assert be.sgl.workspace_buffer.numel() == 384 << 20  # SGLang's default (environ.py:1221), not 2 GiB
+
+
+def test_the_injected_wiring_fault_runs_the_paged_wrapper_where_sglang_set_up_ragged(make, monkeypatch):
+    """DETRUN_TEST_SGLANG_WIRING=flip-ragged (the run-level negative control of scripts/gpu_sglang_own.sh): the
+    flag off, SGLang sets an eager prefill up ragged; the fault makes its paged wrapper (planned for the prefix
+    only) run alone, and the audit says so. Without the fault the same cell is clean."""
+    be = make(False, False)
+    batch = build_batch(be.spec, "prefix")
+    clean = be.forward(batch, "eager")
+    assert clean.path == PATH_RAGGED_PREFIX
+    assert not wiring_problems(clean.wiring, False, False, "eager", clean.path, [])
+    monkeypatch.setenv("DETRUN_TEST_SGLANG_WIRING", "flip-ragged")
+    out = be.forward(batch, "eager")
+    problems = wiring_problems(out.wiring, False, False, "eager", out.path, [])
+    assert out.path == PATH_PAGED and out.wiring["use_ragged"] is False
+    assert any("path paged, but SGLang 0.5.23's rule says use_ragged=True" in p for p in problems), problems
+    assert any("forward_metadata.use_ragged=False, but the rule says True" in p for p in problems), problems

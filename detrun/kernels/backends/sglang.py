@@ -48,6 +48,16 @@ from .sglang_record import Recorder, WrapperAPI, activate, install
 WORKSPACE_FLAG = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 _WORKSPACE_ENV: Dict[str, Optional[str]] = {}  # the flag as the task had it, before any backend set it
 GRAPH_NAMES = {EXTEND: "full-prefill", DECODE: "decode", DLLM_EXTEND: "dllm"}
+# Test-only (docs/environment.md): "flip-ragged" makes an eager prefill that SGLang set up ragged run its paged
+# wrapper instead (planned for the prefix only): the flag ignored in one path, a wiring fault the audit must fail
+WIRING_FAULT = "DETRUN_TEST_SGLANG_WIRING"
+
+
+def inject_wiring_fault(sgl: Any) -> None:
+    """The test fault WIRING_FAULT asks for, on SGLang's forward metadata just set (inert unless it is set)."""
+    meta = getattr(sgl, "forward_metadata", None)
+    if os.environ.get(WIRING_FAULT) == "flip-ragged" and getattr(meta, "use_ragged", False):
+        meta.use_ragged = False
 
 
 def installed_version() -> str:
@@ -183,6 +193,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         fb = self.runner.eager_batch(step)
         self.rec.start()
         _, plan_ms = timed(lambda: self.sgl.init_forward_metadata(fb), self.device, sync=False)
+        inject_wiring_fault(self.sgl)
         planned = list(self.rec.planned)
         run = lambda: self._forward(q, k, v, fb)  # noqa: E731
         (out, lse), timer = kernel_timed(run, self.device)
