@@ -55,7 +55,7 @@ WIRING_FAULT = "DETRUN_TEST_SGLANG_WIRING"
 
 def inject_wiring_fault(sgl: Any) -> None:
     """The test fault WIRING_FAULT asks for, on SGLang's forward metadata just set (inert unless it is set)."""
-    meta = getattr(sgl, "forward_metadata", None)
+    meta: Any = getattr(sgl, "forward_metadata", None)
     if os.environ.get(WIRING_FAULT) == "flip-ragged" and getattr(meta, "use_ragged", False):
         meta.use_ragged = False
 
