@@ -34,9 +34,12 @@ for who in own model; do
     done
   done
 done
-for id in f0-df f0-dt f1-df f1-dt; do
-  compare "own-$id" --strict          # claims per axis on SGLang's own rows, wiring audit included
-  compare "model-$id" "own-$id"       # model vs SGLang 0.5.23, same cells and inputs
+# The negative control: an injected wiring fault (the paged wrapper run where SGLang set up ragged) must exit 1
+submit own-fault jobs/sglang-own.yaml --set env.DETRUN_TEST_SGLANG_WIRING=flip-ragged --set "modes=[eager]" \
+  --set "phases=[prefill]" --set repeats=1 --set name=sglang-own-fault
+for v in f0-df f0-dt f1-df f1-dt; do
+  compare "own-$v" --strict          # claims per axis on SGLang's own rows, wiring audit included
+  compare "model-$v" "own-$v"        # model vs SGLang 0.5.23, same cells and inputs
 done
 compare own-f0-df own-f1-df --details 2  # the flag along the run axis (deterministic off)
 compare own-f0-dt own-f1-dt --details 2  # the flag with deterministic inference
