@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import sys
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -261,3 +263,16 @@ class FakePaged(FakePrefillWrapper):
 
 class FakeRagged(FakePrefillWrapper):
     """BatchPrefillWithRaggedKVCacheWrapper's stand-in."""
+
+
+def fake_flashinfer(monkeypatch, paged=None) -> None:
+    """flashinfer 0.6.7.post3 as the wrapper tests fake it (paged: another paged wrapper class), CUDA graphs
+    captured by FakeGraph, the fakes' counters reset."""
+    from detrun.kernels.backends import base
+
+    fake = types.SimpleNamespace(
+        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=paged or FakePaged,
+        BatchPrefillWithRaggedKVCacheWrapper=FakeRagged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    monkeypatch.setattr(base, "capture", FakeGraph)
+    FakeGraph.captures, FakePrefillWrapper.made = 0, []

@@ -4,28 +4,20 @@ replay (as SGLang does), that eager cells re-plan the shared eager wrappers, and
 profiled once per distinct (path, plan) in a task."""
 
 import json
-import sys
-import types
 
 import pytest
 import torch
 
-from detrun.kernels.backends import base
 from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
 from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
 from detrun.kernels.inputs import build_batch
 from detrun.spec.model import spec_from_dict
-from tests.helpers import FakeGraph, FakePaged, FakePrefillWrapper, FakeRagged, small
+from tests.helpers import FakeGraph, FakePaged, FakePrefillWrapper, fake_flashinfer, small
 
 
 @pytest.fixture
 def backend(monkeypatch):
-    fake = types.SimpleNamespace(
-        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=FakePaged,
-        BatchPrefillWithRaggedKVCacheWrapper=FakeRagged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
-    monkeypatch.setattr(base, "capture", FakeGraph)
-    FakeGraph.captures, FakePrefillWrapper.made = 0, []
+    fake_flashinfer(monkeypatch)
 
     def make(paged: bool, **opts):
         monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")

@@ -5,8 +5,6 @@ stand-in flashinfer on the CPU. Each 0.5.23 case has a twin that fails if the ru
 
 import os
 import re
-import sys
-import types
 from importlib import metadata, util
 from pathlib import Path
 
@@ -14,13 +12,20 @@ import pytest
 import torch
 
 from detrun.errors import DetrunError
-from detrun.kernels.backends import base
 from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, KnownBug
 from detrun.kernels.backends.reference import ReferenceBackend
 from detrun.kernels.inputs import build_batch
 from detrun.spec.model import spec_from_dict
 from detrun.spec.sglang import FULL_PREFILL_GRAPH_0523, PROFILES, FullPrefillGraph, full_prefill_graph
-from tests.helpers import FakeGraph, FakePaged, FakePrefillWrapper, FakeRagged, cli_main, one_line, small
+from tests.helpers import (
+    FakeGraph,
+    FakePaged,
+    FakePrefillWrapper,
+    cli_main,
+    fake_flashinfer,
+    one_line,
+    small,
+)
 
 FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 V0523 = {"version": "0.5.23", "deterministic_inference": False}
@@ -154,12 +159,7 @@ class Paged(FakePaged):
 
 @pytest.fixture
 def flashinfer(monkeypatch):
-    fake = types.SimpleNamespace(
-        __version__="0.6.7.post3", BatchPrefillWithPagedKVCacheWrapper=Paged,
-        BatchPrefillWithRaggedKVCacheWrapper=FakeRagged, merge_state=lambda o1, s1, o2, s2: (o1 + o2, s1 + s2))
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
-    monkeypatch.setattr(base, "capture", FakeGraph)
-    FakeGraph.captures, FakePrefillWrapper.made = 0, []
+    fake_flashinfer(monkeypatch, Paged)
 
     def make(version: str, det: bool, flag: bool = False):
         monkeypatch.setenv(FLAG, "1" if flag else "0")

@@ -53,31 +53,26 @@ def test_a_wrapper_run_without_a_plan_for_its_batch_fails_in_every_presenter(sto
     assert line in terminal_text(verdict) and line in junit_text(verdict)
 
 
-def test_sglang_reading_the_flag_otherwise_than_the_task_had_it_fails(store):
-    def misread(r):
+def _fails_with(store, change, problem):
+    """A run whose target-alone row `change` alters: exit 1, and a wiring line that says `problem`."""
+    def one(r):
         if _target_alone(r):
-            r["use_paged"] = False
-    cmp = _sglang_run(store, misread)
+            change(r)
+    cmp = _sglang_run(store, one)
     assert judge(cmp).exit_code == 1
-    assert any("SGLang read SGLANG_FLASHINFER_USE_PAGED as False, the task's environment had it True" in w
-               for w in cmp.wiring)
+    assert any(problem in w for w in cmp.wiring), cmp.wiring
+
+
+def test_sglang_reading_the_flag_otherwise_than_the_task_had_it_fails(store):
+    _fails_with(store, lambda r: r.update(use_paged=False),
+                "SGLang read SGLANG_FLASHINFER_USE_PAGED as False, the task's environment had it True")
 
 
 def test_a_ragged_run_where_the_flag_says_paged_breaks_the_rule(store):
-    def ragged(r):
-        if _target_alone(r):
-            r["path"] = "ragged"
-            r["wiring"] = json.dumps(dict(_wiring(), use_ragged=True, planned=["prefill_ragged"],
-                                          ran=["prefill_ragged"]))
-    cmp = _sglang_run(store, ragged)
-    assert judge(cmp).exit_code == 1
-    assert any("path ragged, but SGLang 0.5.23's rule says use_ragged=False (flag on, deterministic off)" in w
-               for w in cmp.wiring)
+    wiring = json.dumps(dict(_wiring(), use_ragged=True, planned=["prefill_ragged"], ran=["prefill_ragged"]))
+    _fails_with(store, lambda r: r.update(path="ragged", wiring=wiring),
+                "path ragged, but SGLang 0.5.23's rule says use_ragged=False (flag on, deterministic off)")
 
 
 def test_an_sglang_row_without_its_wiring_fails(store):
-    def none(r):
-        if _target_alone(r):
-            r["wiring"] = ""
-    cmp = _sglang_run(store, none)
-    assert judge(cmp).exit_code == 1 and any("no wiring recorded" in w for w in cmp.wiring)
+    _fails_with(store, lambda r: r.update(wiring=""), "no wiring recorded")
