@@ -6,4 +6,8 @@ spec (the job spec and its matrix), kernels (what runs on the GPU), run (the Ray
 store (where results live), judge (the verdict), present (terminal, JUnit, HTML), api.py (the library's face:
 one function per command) and cli.py (the command line over api.py and the presenters).
 The base modules beside cli.py (errors, exitpolicy, stages, signals, envflags, paths) are shared by all
-parts but record and import no part."""
+parts but record and import no part. Messages: the "detrun" logger, one stderr handler (logs.py)."""
+
+from .logs import to_stderr
+
+to_stderr()

@@ -21,7 +21,7 @@ PACKAGE = ROOT / "detrun"
 # The modules beside cli.py that every part shares; they import no part. A new flat module must be added
 # here (or moved into a part): test_every_module_has_a_part fails until it is.
 BASE = {"detrun", "detrun.errors", "detrun.exitpolicy", "detrun.stages", "detrun.signals", "detrun.envflags",
-        "detrun.paths"}
+        "detrun.paths", "detrun.logs"}
 PARTS = ("record", "spec", "kernels", "run", "store", "judge", "present", "api")
 
 # part -> what its modules may import: a part (every module of it), "base", or one module by dotted name
@@ -39,6 +39,10 @@ ALLOWED: Dict[str, Tuple[str, ...]] = {
     # the CLI: the face (which re-exports the requests), the presenters, the errors and the exit policy
     "cli":     ("api", "present", "errors", "exitpolicy"),
 }
+
+# Who may write to the terminal: the CLI's side. Every other module logs (detrun/logs.py).
+MAY_PRINT = {"detrun.cli", "detrun.exitpolicy", "detrun.logs"}
+MAY_PRINT_PARTS = ("present",)
 
 NO_TORCH_NO_RAY = ("record", "spec", "store", "judge", "present", "api")  # and cli and the base modules
 
@@ -164,3 +168,42 @@ def test_driver_side_parts_import_neither_torch_nor_ray():
 def test_kernels_never_import_ray():
     kernels = [m for m in all_modules() if part_of(m) == "kernels"]
     assert "ray" not in _imported(kernels), f"one of {kernels} pulls in ray"
+
+
+def _terminal_writes(path: Path) -> List[int]:
+    """Lines that call print() or name sys.stdout / sys.stderr."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr")
+              and isinstance(node.value, ast.Name) and node.value.id == "sys"):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_library_logs_and_never_prints():
+    bad: List[str] = []
+    for module, path in all_modules().items():
+        if module in MAY_PRINT or part_of(module) in MAY_PRINT_PARTS:
+            continue
+        bad += [f"{path.relative_to(ROOT)}:{line}: {module} writes to the terminal; log through "
+                f"logging.getLogger(__name__) instead" for line in _terminal_writes(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_print_check_sees_print_and_sys_stderr(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import sys\nprint('x')\nsys.stderr.write('y')\nlog = 1\n")
+    assert _terminal_writes(path) == [2, 3]
+
+
+def test_detrun_messages_reach_stderr_as_their_text_alone(capsys):
+    import logging
+
+    import detrun  # noqa: F401  (installs the handler)
+
+    logging.getLogger("detrun.run.jitcache").warning("detrun: jit cache: %s", "skipped x")
+    logging.getLogger("detrun.run.runner").info("a note")
+    captured = capsys.readouterr()
+    assert captured.err == "detrun: jit cache: skipped x\na note\n" and captured.out == ""
