@@ -40,6 +40,12 @@ ALLOWED: Dict[str, Tuple[str, ...]] = {
     "cli":     ("api", "present", "errors", "exitpolicy"),
 }
 
+# What runs inside a Ray task (detrun/run/__init__.py says so): the shard task and what it uses, and the modules
+# both sides share. They never import the driver's modules (runner, submission, jobs, shrink, inline, ...) nor
+# ray: the driver's runner.shard_task / cell_task (ray.remote) are the one seam, calling worker.run_shard.
+IN_TASK = {"detrun.run.worker", "detrun.run.collector", "detrun.run.jitcache"}
+SHARED_WITH_TASK = {"detrun.run.isolation", "detrun.run.resources", "detrun.run.faults"}
+
 # Who may write to the terminal: the CLI's side. Every other module logs (detrun/logs.py).
 MAY_PRINT = {"detrun.cli", "detrun.exitpolicy", "detrun.logs"}
 MAY_PRINT_PARTS = ("present",)
@@ -168,6 +174,39 @@ def test_driver_side_parts_import_neither_torch_nor_ray():
 def test_kernels_never_import_ray():
     kernels = [m for m in all_modules() if part_of(m) == "kernels"]
     assert "ray" not in _imported(kernels), f"one of {kernels} pulls in ray"
+
+
+def _ray_imports(path: Path) -> List[int]:
+    """Lines of the file that import ray (any module of it), anywhere in the file."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(n == "ray" or n.startswith("ray.") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_in_task_code_imports_no_driver_module_and_no_ray():
+    known = all_modules()
+    task_side = IN_TASK | SHARED_WITH_TASK
+    assert task_side <= set(known), f"renamed? {sorted(task_side - set(known))}"
+    bad: List[str] = []
+    for module in sorted(task_side):
+        path = known[module]
+        for line, target in detrun_imports(module, path, known):
+            if target.startswith("detrun.run") and target not in task_side:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {module} (in a task) imports the driver's {target}")
+        bad += [f"{path.relative_to(ROOT)}:{line}: {module} (in a task) imports ray" for line in _ray_imports(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_task_check_sees_a_driver_import(tmp_path):
+    known = all_modules()
+    path = tmp_path / "w.py"
+    path.write_text("def f():\n    from .runner import submit\n    from ray.util import placement_group\n")
+    assert list(detrun_imports("detrun.run.worker", path, known)) == [(2, "detrun.run.runner")]
+    assert _ray_imports(path) == [3]
 
 
 def _terminal_writes(path: Path) -> List[int]:
