@@ -1,9 +1,9 @@
 """The detrun command line. The rule: each command parses its options (Typer), builds one request object
-(detrun.run.requests, judge.requests, store.requests), calls one library function with it, and prints
+(re-exported by detrun.api), calls one function of detrun/api.py (the library's face) with it, and prints
 what comes back (or returns its code, or an Outcome: the code and what to print); exitpolicy maps the code and
 every error to the exit (0/1/2/3/130). compare, list, status and history print text or, with --format json,
 one JSON document (present/jsondoc.py). Checks beyond parsing,
-files other than stdout/stderr, Ray and the Jobs API belong to the library (submit: run/submission.py).
+files other than stdout/stderr, Ray and the Jobs API belong to the library (behind detrun/api.py).
 No torch or ray at import time: each command imports what it calls."""
 
 from __future__ import annotations
