@@ -1,9 +1,9 @@
 """The detrun command line. The rule: each command parses its options (Typer), builds one request object
-(detrun.run.requests, judge.requests, store.requests), calls one library function with it, and prints
+(re-exported by detrun.api), calls one function of detrun/api.py (the library's face) with it, and prints
 what comes back (or returns its code, or an Outcome: the code and what to print); exitpolicy maps the code and
 every error to the exit (0/1/2/3/130). compare, list, status and history print text or, with --format json,
 one JSON document (present/jsondoc.py). Checks beyond parsing,
-files other than stdout/stderr, Ray and the Jobs API belong to the library (submit: run/submission.py).
+files other than stdout/stderr, Ray and the Jobs API belong to the library (behind detrun/api.py).
 No torch or ray at import time: each command imports what it calls."""
 
 from __future__ import annotations
@@ -17,11 +17,19 @@ from typing import List, Optional
 import typer
 from typing_extensions import Annotated
 
-from . import exitpolicy
+from . import api, exitpolicy
+from .api import (
+    BaselineRequest,
+    ClaimOptions,
+    CompareRequest,
+    ReportRequest,
+    RunRequest,
+    RunsRequest,
+    ShrinkRequest,
+    SubmitRequest,
+    TimingsRequest,
+)
 from .errors import ExitCode
-from .judge.requests import BaselineRequest, ClaimOptions, CompareRequest, ReportRequest
-from .run.requests import ShrinkRequest, SubmitRequest
-from .store.requests import RunRequest, RunsRequest, TimingsRequest
 
 # rich_markup_mode=None: click's plain help, one line per option at 80 columns (tests/test_help.py)
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -81,9 +89,7 @@ def _json(doc) -> None:
 
 def _compare_and_print(req: CompareRequest, fmt: Format = Format.text) -> exitpolicy.Outcome:
     """The verdict's code, and its printing (the policy prints: the code stands if stdout is closed)."""
-    from .present.outputs import compare
-
-    verdict = compare(req)
+    verdict = api.compare(req)
 
     def show() -> None:
         if fmt is Format.json:
@@ -137,14 +143,13 @@ def submit(
 ) -> Optional[exitpolicy.Outcome]:
     """Run a job spec's cells as Ray tasks, store the rows and compare them (or --resume a run)."""
     from .present import lines
-    from .run import submission
 
     req = SubmitRequest(_str(spec_path), gpus, address, accelerator_type, task_timeout, resume, _str(working_dir),
                         runs_root, run_id, tuple(overrides or ()),
                         _claims(baseline, require_baseline, strict, expect, details), _str(junit), jit_cache,
                         verbose)
-    done = submission.submit(req, _progress)
-    if isinstance(done, submission.Submitted):
+    done = api.submit(req, _progress)
+    if isinstance(done, api.Submitted):
         print(*lines.submitted(done.plan, runs_root), sep="\n")
         return None
     print(lines.ran(done))
@@ -180,9 +185,7 @@ def report(
     expect: Expect = None,
 ) -> None:
     """Write one self-contained HTML report: verdict, claims, findings, heatmap, max-ULP plot, environment."""
-    from .present.outputs import report as write
-
-    ids, verdict = write(ReportRequest(tuple(runs), str(output), runs_root,
+    ids, verdict = api.report(ReportRequest(tuple(runs), str(output), runs_root,
                                        _claims(baseline, require_baseline, strict, expect)))
     print(f"report written to {output} (verdict: {verdict.headline})")
 
@@ -208,9 +211,8 @@ def shrink(
     Exit 1: shrunk (the job written fails the same way); 2: nothing to shrink, or it did not differ again.
     """
     from .present import lines
-    from .run.shrink import shrink_run
 
-    found = shrink_run(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
+    found = api.shrink(ShrinkRequest(run, str(output), budget_cells, runs_root, inline, address, request, verbose),
                        lambda step: print(lines.shrink_step(step, budget_cells), flush=True))
     return exitpolicy.Outcome(ExitCode.MISMATCH, lambda: print(*lines.shrunk(found, output), sep="\n"))
 
@@ -219,9 +221,7 @@ def shrink(
 @_errors
 def history(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """Every run (date, spec, fingerprint, verdict, counts) and where each case first differed."""
-    from .judge.history import history_under
-
-    hist = history_under(RunsRequest(runs_root))
+    hist = api.history(RunsRequest(runs_root))
     if fmt is Format.json:
         from .present.jsondoc import history_doc
 
@@ -239,9 +239,7 @@ def baseline_set(
     force: Annotated[bool, typer.Option(help="Even if the run is incomplete or fails on its own")] = False,
 ) -> None:
     """Make RUN the baseline of its spec for each environment fingerprint in its rows."""
-    from .judge.baseline import baseline_set as set_baseline
-
-    for doc in set_baseline(BaselineRequest(runs_root, run, force)):
+    for doc in api.baseline_set(BaselineRequest(runs_root, run, force)):
         print(f"baseline {doc['spec']}/{doc['fingerprint']} -> {doc['run_id']}")
 
 
@@ -249,19 +247,16 @@ def baseline_set(
 @_errors
 def baseline_show(runs_root: RunsRoot = "runs") -> None:
     """List the baselines: spec, fingerprint, run, when set, and the fingerprint's fields."""
-    from .judge.baseline import baseline_show as baselines
     from .present import lines
 
-    print(*lines.baselines(baselines(BaselineRequest(runs_root)), runs_root), sep="\n")
+    print(*lines.baselines(api.baseline_show(BaselineRequest(runs_root)), runs_root), sep="\n")
 
 
 @app.command("list")
 @_errors
 def list_runs(runs_root: RunsRoot = "runs", fmt: FormatOpt = Format.text) -> None:
     """List the runs under the runs root."""
-    from .store.runs import runs_under
-
-    runs = runs_under(RunsRequest(runs_root))
+    runs = api.list_runs(RunsRequest(runs_root))
     if fmt is Format.json:
         from .present.jsondoc import list_doc
 
@@ -278,9 +273,8 @@ def timings(run: RunArg, runs_root: RunsRoot = "runs", all_stages: Annotated[boo
         "--all", help="Every stage, also those that took no time")] = False) -> None:
     """Where a run's seconds went (worker start, imports, plan, kernels, digests, writes); peak memory."""
     from .present.render import print_timings
-    from .run.resources import timings_of
 
-    breakdown, extra = timings_of(TimingsRequest(run, runs_root, all_stages))
+    breakdown, extra = api.timings(TimingsRequest(run, runs_root, all_stages))
     print_timings(*breakdown, _console())
     for line in extra:
         print(line)
@@ -292,9 +286,8 @@ def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None
            fmt: FormatOpt = Format.text) -> None:
     """A run's status (shards stored, failures), and its Ray job's if it was submitted as one."""
     from .present import lines
-    from .run.submission import run_status
 
-    st = run_status(RunRequest(run, runs_root, address))
+    st = api.status(RunRequest(run, runs_root, address))
     if fmt is Format.json:
         from .present.jsondoc import status_doc
 
@@ -308,9 +301,7 @@ def status(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None
 @_errors
 def logs(run: RunArg, runs_root: RunsRoot = "runs", address: JobAddress = None) -> None:
     """Print the driver logs of the Ray job that ran RUN."""
-    from .run.submission import job_logs_of
-
-    print(job_logs_of(RunRequest(run, runs_root, address)), end="")
+    print(api.logs(RunRequest(run, runs_root, address)), end="")
 
 
 @app.command("validate-cluster")
@@ -319,9 +310,7 @@ def validate_cluster(
         path: Annotated[Path, typer.Argument(
             metavar="YAML", help="Cluster-launcher YAML, e.g. ray_cluster.yaml", show_default=False)]) -> None:
     """Check a `ray up` cluster YAML offline with Ray's own schema and rules."""
-    from .run.cluster import validate_cluster_yaml
-
-    config = validate_cluster_yaml(path)
+    config = api.validate_cluster(path)
     print(f"{path}: valid ({config['provider']['type']} provider, node types: "
           f"{', '.join(config['available_node_types'])})")
 

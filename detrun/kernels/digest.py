@@ -19,15 +19,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import logging
 import math
 import os
-import sys
 import threading
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
 from .splitmix import C1, C2, SALTS
+
+log = logging.getLogger(__name__)
 
 _WORD = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -111,8 +113,7 @@ def _load_kernel(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     except Exception as exc:  # no usable Triton on this machine: the torch path gives the same bits
         _failed = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
-        print(f"detrun: the Triton digest kernel did not load ({_failed}); digests take the torch path",
-              file=sys.stderr)
+        log.warning("detrun: the Triton digest kernel did not load (%s); digests take the torch path", _failed)
 
 
 def prewarm(device: torch.device) -> None:

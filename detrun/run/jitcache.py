@@ -25,10 +25,10 @@ import hashlib
 import importlib
 import io
 import json
+import logging
 import os
 import posixpath
 import re
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -38,6 +38,8 @@ from ..errors import first_line
 from ..stages import JIT_RESTORE as RESTORE
 from ..stages import JIT_SAVE as SAVE
 from ..stages import Stages
+
+log = logging.getLogger(__name__)
 
 CONTEXT_KEY = "jit_cache"  # the task context's runs root for the cache (runner.RunOptions.jit_cache)
 FOLDER = "jit-cache"
@@ -100,7 +102,7 @@ def unpack(key: JitKey, module: str, entry: bytes) -> bytes:
 
 
 def _warn(message: str) -> None:
-    print(f"detrun: jit cache: {message}", file=sys.stderr, flush=True)
+    log.warning("detrun: jit cache: %s", message)
 
 
 def current_key(env) -> JitKey:

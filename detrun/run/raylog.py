@@ -13,8 +13,9 @@ stdout holds detrun's output alone. It comes from three places:
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Callable, Optional
+
+from ..logs import StderrHandler
 
 _original: Optional[Callable] = None
 
@@ -25,7 +26,7 @@ def ray_output(verbose: bool) -> bool:
     if verbose:
         logger.setLevel(logging.INFO)
         if not any(getattr(h, "detrun", False) for h in logger.handlers):
-            handler = logging.StreamHandler(sys.stderr)
+            handler = StderrHandler()
             handler.detrun = True  # type: ignore[attr-defined]
             logger.addHandler(handler)
     else:

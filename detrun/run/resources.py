@@ -1,13 +1,12 @@
 """Peak memory of each task (host RSS, device allocated and reserved) and of the driver, recorded in a
-run's timings, and the lines `detrun timings` prints from them (and from the JIT cache's record)."""
+run's timings, and the lines `detrun timings` prints from them (and from the JIT cache's record; the command
+itself: detrun/api.py)."""
 
 from __future__ import annotations
 
 import resource
 import sys
 from typing import Dict, List, Optional, Tuple
-
-from ..store.requests import TimingsRequest
 
 
 def host_peak_mb() -> float:
@@ -72,16 +71,3 @@ def no_steady_cells(spec_data: dict, gpus: int) -> str:
                 f"(repeats_per_task: {spec.repeats_per_task or spec.repeats})")
     return "no steady cells: no cell ran again in its task (its repeats were skipped, errored or isolated)"
 
-
-def timings_of(req: TimingsRequest) -> Tuple[Tuple[list, float, Optional[tuple]], List[str]]:
-    """detrun timings: the stage breakdown (stages.run_breakdown: the stages that took time unless
-    req.all_stages) and the lines below it: why there is no steady-state line (when there is none),
-    peak memory, the JIT cache's transfers."""
-    from ..stages import run_breakdown, took_time
-    from ..store.runs import RunStore
-
-    store = RunStore(req.runs_root)
-    rows, wall, steady = run_breakdown(store, req.run)
-    manifest = store.manifest(req.run)
-    why = [] if steady else [no_steady_cells(manifest["spec"], int(manifest["gpus"]))]
-    return (rows if req.all_stages else took_time(rows), wall, steady), why + run_lines(store, req.run)

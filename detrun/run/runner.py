@@ -6,11 +6,11 @@ so a retried, resumed or interrupted run never holds a partial or duplicated sha
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -44,6 +44,8 @@ from .jitcache import CONTEXT_KEY as JIT_CACHE
 from .raylog import ray_output
 from .resources import host_peak_mb
 from .resume import missing_shards
+
+log = logging.getLogger(__name__)
 
 PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
 # A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
@@ -328,7 +330,7 @@ class _ShardRun:
         self.result.shards_run += 1
         if note and note not in self.result.notes:
             self.result.notes.append(note)
-            print(note, file=sys.stderr)
+            log.info("%s", note)
 
     # -- crash isolation: cells run alone in sacrificial workers (isolation.py)
     def _isolate(self, shard: Shard, out: Optional[TaskResult], items: List[Isolated], bundle: int) -> None:
@@ -344,8 +346,8 @@ class _ShardRun:
             else:
                 self._fill(item, self.bugs.unrun_rows(self.spec, self.run_id, item))
         self.queues[bundle].extendleft(reversed(run))
-        print(f"shard {shard.shard_id}: {len(items)} cell(s) run alone in isolated workers "
-              f"({items[0].kind}: {items[0].reason})", file=sys.stderr)
+        log.warning("shard %s: %d cell(s) run alone in isolated workers (%s: %s)", shard.shard_id, len(items),
+                    items[0].kind, items[0].reason)
 
     def _collect_cell(self, ref: ray.ObjectRef, item: Isolated) -> None:
         blobs, timings = {}, None
@@ -438,7 +440,7 @@ class _ShardRun:
             try:
                 self.store.beat(self.run_id)
             except DetrunError as exc:  # a missed beat only makes the run look stale sooner
-                print(f"detrun: heartbeat not written: {exc}", file=sys.stderr)
+                log.warning("detrun: heartbeat not written: %s", exc)
 
 def _shard_of(item: Union[Shard, Isolated]) -> Shard:
     return item.shard if isinstance(item, Isolated) else item
