@@ -44,6 +44,13 @@ Progress = Callable[[str], ContextManager[Callable[[int, int], None]]]
 Breakdown = Tuple[list, float, Optional[tuple]]
 
 
+def check_settings() -> None:
+    """The driver's DETRUN_* settings, read and checked (a bad value: DetrunError naming it, exit 2)."""
+    from .envflags import driver_settings
+
+    driver_settings()
+
+
 def submit(req: SubmitRequest, progress: Optional[Progress] = None) -> Union["Submitted", "Ran"]:
     """detrun submit: a run here or on a Ray address (Ran: then compare(req.compare_request(run_id))), or a
     Ray job sent to a Jobs API (Submitted)."""

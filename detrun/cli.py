@@ -60,6 +60,12 @@ class Format(str, Enum):
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="text, or one JSON document on stdout")]
 
+@app.callback()
+def _settings() -> None:
+    # The driver's DETRUN_* settings, read and checked before any command runs: a bad value exits 2 naming it.
+    api.check_settings()
+
+
 baseline_app = typer.Typer(no_args_is_help=True, help="Golden baselines, one per spec and environment fingerprint.")
 app.add_typer(baseline_app, name="baseline")
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id under --runs-root", show_default=False)]

@@ -1,20 +1,25 @@
-"""Environment flags: SGLang's EnvBool parsing, strict (a bad value is an error)."""
+"""Environment flags and settings, each name defined here once: a task's flags (TaskFlags, parsed once per task
+from its environment, with SGLang's parsing rules) and the driver's settings (driver_settings, read when a
+command starts: a bad value is a usage error, exit 2)."""
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass, fields
+from typing import Dict, Iterable, Mapping, Optional, Tuple
+
+from .errors import DetrunError
+
+USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
+TENSOR_CORE_FLAG = "SGLANG_FLASHINFER_USE_TENSOR_CORE"
+DETERMINISTIC_FLAG = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
 
 TRUE_WORDS = ("true", "1", "yes", "y")
 FALSE_WORDS = ("false", "0", "no", "n")
 
 # Flags whose value SGLang parses as EnvBool; detrun validates them up front.
-BOOL_FLAGS = frozenset(
-    {
-        "SGLANG_FLASHINFER_USE_PAGED",
-        "SGLANG_ENABLE_DETERMINISTIC_INFERENCE",
-        "SGLANG_FLASHINFER_USE_TENSOR_CORE",
-    }
-)
+BOOL_FLAGS = frozenset({USE_PAGED_FLAG, DETERMINISTIC_FLAG, TENSOR_CORE_FLAG})
 # Ray owns these: a spec that sets them would break one-task-one-GPU.
 FORBIDDEN_FLAGS = frozenset({"CUDA_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"})
 
@@ -32,12 +37,6 @@ def parse_bool(name: str, value: str) -> bool:
         f"{name}={value!r} is not a boolean: SGLang would warn and read it as false "
         f"(use one of {', '.join(TRUE_WORDS + FALSE_WORDS)})"
     )
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    """Read a boolean flag from this process's environment (once, at backend construction)."""
-    raw = os.environ.get(name)
-    return default if raw is None else parse_bool(name, raw)
 
 
 DIGEST_DEPTH = "DETRUN_DIGEST_DEPTH"
@@ -60,3 +59,72 @@ def digest_stream(value: str) -> bool:
         raise ValueError(f"{DIGEST_STREAM}={value!r}: expected low or same")
     return value == "low"
 
+
+
+def tensor_core_flag(raw: Optional[str]) -> Optional[bool]:
+    """SGLANG_FLASHINFER_USE_TENSOR_CORE as SGLang's should_use_tensor_core reads it: value.lower() == "true"
+    (anything else is false); None when unset (SGLang's GQA rule decides)."""
+    return None if raw is None else str(raw).lower() == "true"
+
+
+@dataclass(frozen=True)
+class TaskFlags:
+    """A task's flags, parsed once from its environment (Ray's runtime_env set the spec's `env:` there): the
+    backend is built with it and the task's rows record it (use_paged, flags, knobs)."""
+
+    use_paged: bool = False  # SGLANG_FLASHINFER_USE_PAGED
+    tensor_core: Optional[bool] = None  # SGLANG_FLASHINFER_USE_TENSOR_CORE (None: unset)
+    digest_depth: int = int(DEFAULT_DIGEST_DEPTH)  # DETRUN_DIGEST_DEPTH
+    digest_low_stream: bool = DEFAULT_DIGEST_STREAM == "low"  # DETRUN_DIGEST_STREAM
+    recorded: Tuple[Tuple[str, str], ...] = ()  # (name, value) as the task saw them: the row's `flags`
+
+    @classmethod
+    def parse(cls, environ: Mapping[str, str], names: Iterable[str] = ()) -> "TaskFlags":
+        """From a task's environment; names: the spec's own flags, recorded with every boolean flag that is set.
+        A bad value raises ValueError naming it."""
+        raw = environ.get(USE_PAGED_FLAG)
+        return cls(
+            use_paged=raw is not None and parse_bool(USE_PAGED_FLAG, raw),
+            tensor_core=tensor_core_flag(environ.get(TENSOR_CORE_FLAG)),
+            digest_depth=digest_depth(environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH)),
+            digest_low_stream=digest_stream(environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)),
+            recorded=tuple((k, environ[k]) for k in sorted(set(names) | BOOL_FLAGS) if k in environ))
+
+    @property
+    def flags(self) -> Dict[str, str]:
+        """The row's `flags` (name -> value)."""
+        return dict(self.recorded)
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What the driver (the process running `detrun`) reads from its environment, in seconds."""
+
+    heartbeat_s: float = 10.0  # DETRUN_HEARTBEAT_S: between heartbeats in a running run's manifest
+    pg_timeout_s: float = 60.0  # DETRUN_PG_TIMEOUT_S: to reserve the run's GPUs (its placement group)
+    node_loss_grace_s: float = 30.0  # DETRUN_NODE_LOSS_GRACE_S: for a dead node's bundle to be re-placed
+    isolation_grace_s: float = 60.0  # DETRUN_ISOLATION_GRACE_S: an isolated cell's task, beyond its cell timeout
+
+
+DRIVER_VARIABLES = {"heartbeat_s": "DETRUN_HEARTBEAT_S", "pg_timeout_s": "DETRUN_PG_TIMEOUT_S",
+                    "node_loss_grace_s": "DETRUN_NODE_LOSS_GRACE_S", "isolation_grace_s": "DETRUN_ISOLATION_GRACE_S"}
+
+
+def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettings:
+    """The driver's settings from its environment (os.environ by default), checked: the CLI reads them when a
+    command starts, so a bad value is a one-line usage error (DetrunError, exit 2) naming the variable."""
+    environ = os.environ if environ is None else environ
+    values: Dict[str, float] = {}
+    for field in fields(DriverSettings):
+        name = DRIVER_VARIABLES[field.name]
+        raw = environ.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise DetrunError(f"{name}={raw!r}: expected a number of seconds > 0 (unset: {field.default})")
+        values[field.name] = value
+    return DriverSettings(**values)

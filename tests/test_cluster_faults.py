@@ -145,7 +145,7 @@ def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, s
             c.remove_node(h100[0], allow_graceful=False)
             removed_at.append(done)
 
-    monkeypatch.setattr(runner, "NODE_LOSS_GRACE_S", 3.0)
+    monkeypatch.setenv("DETRUN_NODE_LOSS_GRACE_S", "3")
     result = runner.submit(spec, store, 3, run_id="lost", options=runner.RunOptions(on_progress=remove_a_busy_node))
     assert removed_at == [0], "a shard finished before the node was removed"
     _, missing = runner.missing_shards(store, "lost")

@@ -3,12 +3,14 @@ wrapper keeps flashinfer 0.6.7.post3's signatures and checks: eager plans with t
 graphs padded to a capture batch size, captured once (SGLang's capture batch) and re-planned with
 fast_decode_plan for each later batch, the decode plan fields, the known-bug gate and the tensor-core rule."""
 
+import os
 import sys
 import types
 
 import pytest
 import torch
 
+from detrun.envflags import TaskFlags
 from detrun.judge.audit import audit_kernels
 from detrun.kernels.backends import base
 from detrun.kernels.backends.base import KnownBug, Unsupported
@@ -125,7 +127,7 @@ def backend(monkeypatch):
         if heads:
             data["heads"] = heads
         spec = spec_from_dict(data)
-        return spec, FlashInferBackend(spec, torch.device("cpu"))
+        return spec, FlashInferBackend(spec, torch.device("cpu"), flags=TaskFlags.parse(os.environ))
 
     return make
 

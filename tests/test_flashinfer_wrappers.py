@@ -4,10 +4,12 @@ replay (as SGLang does), that eager cells re-plan the shared eager wrappers, and
 profiled once per distinct (path, plan) in a task."""
 
 import json
+import os
 
 import pytest
 import torch
 
+from detrun.envflags import TaskFlags
 from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED_PREFIX
 from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS, FA2_PLAN_KEEP
 from detrun.kernels.inputs import build_batch
@@ -24,7 +26,7 @@ def backend(monkeypatch):
         from detrun.kernels.backends.flashinfer import FlashInferBackend
 
         spec = spec_from_dict(small(flashinfer={"workspace_mb": 16, "profile_kernels": False, **opts}))
-        return spec, FlashInferBackend(spec, torch.device("cpu"))
+        return spec, FlashInferBackend(spec, torch.device("cpu"), flags=TaskFlags.parse(os.environ))
 
     return make
 

@@ -83,8 +83,8 @@ def beats(monkeypatch):
 
 
 def test_beats_while_waiting_for_gpus(ray_2gpu, store, beats, monkeypatch):
-    monkeypatch.setattr(heartbeat, "PERIOD_S", 0.5)
-    monkeypatch.setattr(runner, "PG_TIMEOUT_S", 2.5)
+    monkeypatch.setenv("DETRUN_HEARTBEAT_S", "0.5")
+    monkeypatch.setenv("DETRUN_PG_TIMEOUT_S", "2.5")
     with pytest.raises(DetrunError, match="could not reserve 3 GPU"):
         runner.submit(spec_from_dict(small(repeats=1, modes=["eager"])), store, 3, run_id="wait")
     assert len(beats) >= 3
@@ -94,7 +94,7 @@ def test_beats_while_waiting_for_gpus(ray_2gpu, store, beats, monkeypatch):
 
 
 def test_beats_once_a_period_while_tasks_run(ray_2gpu, store, beats, monkeypatch):
-    monkeypatch.setattr(heartbeat, "PERIOD_S", 1.5)  # the wait loop turns about once a second
+    monkeypatch.setenv("DETRUN_HEARTBEAT_S", "1.5")  # the wait loop turns about once a second
     spec = spec_from_dict(small(repeats=1, modes=["eager"], env={"SGLANG_FLASHINFER_USE_PAGED": "1",
                                                                   "DETRUN_TEST_SLEEP_S": "4"}))
     result = runner.submit(spec, store, 1, run_id="beat")

@@ -18,7 +18,7 @@ def _rows(store, run_id):
 
 @pytest.mark.slow
 def test_crashing_and_hanging_cells_are_isolated_and_the_rest_compared(ray_2gpu, store, monkeypatch):
-    monkeypatch.setattr(runner, "ISOLATION_GRACE_S", 8.0)  # a hung isolated cell is cancelled after 4 + 8 s
+    monkeypatch.setenv("DETRUN_ISOLATION_GRACE_S", "8")  # a hung isolated cell is cancelled after 4 + 8 s
     spec = spec_from_dict(small(repeats=1, modes=["eager"], reference={"faults": {"mixed": "crash",
                                 "prefix_shared": "hang"}}, isolation={"cell_timeout_s": 4}))
     result = runner.submit(spec, store, runner.connect(gpus=1), run_id="crashy")

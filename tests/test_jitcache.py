@@ -151,9 +151,9 @@ def as_flashinfer_task(monkeypatch, at_build=lambda: None):
     calling at_build where the FlashInfer backend would be built (its first plan loads the modules)."""
     from detrun.kernels.backends.reference import ReferenceBackend
 
-    def make_backend(name, spec, device, stages):
+    def make_backend(name, spec, device, stages, flags=None):
         at_build()
-        return ReferenceBackend(spec, device, stages)
+        return ReferenceBackend(spec, device, stages, flags)
 
     monkeypatch.setattr(worker, "resolve_backend", lambda spec, has_cuda, load: ("flashinfer", ""))
     monkeypatch.setattr(worker, "make_backend", make_backend)

@@ -3,10 +3,12 @@ and close to float64 attention, exact batch invariance, split_kv's batch-depende
 CUDA graphs refused without CUDA."""
 
 import math
+import os
 
 import pytest
 import torch
 
+from detrun.envflags import TaskFlags
 from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, Unsupported, choose_path
 from detrun.kernels.backends.reference import ReferenceBackend, gather
 from detrun.kernels.digest import tensor_digest
@@ -18,7 +20,7 @@ from tests.helpers import small
 def backend(monkeypatch, paged: bool, **overrides):
     monkeypatch.setenv("SGLANG_FLASHINFER_USE_PAGED", "1" if paged else "0")
     spec = spec_from_dict(small(**overrides))
-    return spec, ReferenceBackend(spec, torch.device("cpu"))
+    return spec, ReferenceBackend(spec, torch.device("cpu"), flags=TaskFlags.parse(os.environ))
 
 
 def float64_attention(batch, i, group, causal=True):

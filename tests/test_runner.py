@@ -31,7 +31,10 @@ def test_flag_reaches_task_only_through_runtime_env(ray_2gpu):
 
         seen = os.environ.get(FLAG)
         assert seen == "1", f"task saw {seen!r}"
-        return ReferenceBackend(spec_from_dict(small()), __import__("torch").device("cpu")).use_paged
+        from detrun.envflags import TaskFlags
+
+        return ReferenceBackend(spec_from_dict(small()), __import__("torch").device("cpu"),
+                                flags=TaskFlags.parse(os.environ)).use_paged
 
     assert ray_2gpu.get(probe.options(runtime_env={"env_vars": {FLAG: "1"}}).remote()) is True
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from detrun.envflags import TaskFlags
 from detrun.errors import DetrunError
 from detrun.kernels.backends.base import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, KnownBug
 from detrun.kernels.backends.reference import ReferenceBackend
@@ -95,7 +96,7 @@ def _reference(monkeypatch, version, flag, det):
         spec = spec_from_dict(job(None, deterministic=det))
     else:
         spec = spec_from_dict(job({"version": version, "deterministic_inference": det}))
-    return spec, ReferenceBackend(spec, torch.device("cpu"))
+    return spec, ReferenceBackend(spec, torch.device("cpu"), flags=TaskFlags.parse(os.environ))
 
 
 @pytest.mark.parametrize("version, mode, flag, det", sorted(RULE, key=str))
@@ -167,7 +168,7 @@ def flashinfer(monkeypatch):
 
         spec = spec_from_dict(job({"version": version, "deterministic_inference": det}, backend="flashinfer",
                                   flashinfer={"workspace_mb": 16, "profile_kernels": False}))
-        return spec, FlashInferBackend(spec, torch.device("cpu"))
+        return spec, FlashInferBackend(spec, torch.device("cpu"), flags=TaskFlags.parse(os.environ))
 
     return make
 

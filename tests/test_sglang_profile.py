@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from detrun.envflags import TaskFlags
 from detrun.errors import DetrunError
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
@@ -44,6 +45,11 @@ DET = {"version": "0.5.10", "deterministic_inference": True}
 DEFAULT = {"version": "0.5.10", "deterministic_inference": False}
 
 
+def knobs_of(spec):
+    """The row's knobs of a task whose environment is the spec's env (as Ray's runtime_env sets it)."""
+    return effective_knobs(spec, TaskFlags.parse(spec.env))
+
+
 def job(profile, env=None, **overrides):
     """small() under a profile: no env flags, GQA group 4 (tensor-core decode by SGLang's rule)."""
     data = small(env=env or {}, sglang=profile, heads={"qo": 8, "kv": 2}, **overrides)
@@ -67,14 +73,14 @@ def test_the_table_holds_the_pinned_knobs_each_with_its_line():
 def test_a_profile_fills_the_spec_and_every_row_records_its_knobs(key):
     spec = spec_from_dict(job(dict(zip(("version", "deterministic_inference"), key))))
     expected = {**PINNED[key], "flashinfer.decode.tensor_cores": True}  # None: SGLang's rule, GQA group 4
-    assert effective_knobs(spec) == {"profile": f"sglang-{key[0]}-{'deterministic' if key[1] else 'default'}",
+    assert knobs_of(spec) == {"profile": f"sglang-{key[0]}-{'deterministic' if key[1] else 'default'}",
                                      **expected, "overridden": []}
     assert spec.deterministic is key[1] and spec.page_size == 1 and spec.sglang_overridden == []
 
 
 def test_a_job_knob_or_set_overrides_the_profile_and_is_recorded(tmp_path):
     spec = spec_from_dict(job(DET, flashinfer={"workspace_mb": 512, "fixed_split_size": 4096}))
-    knobs = effective_knobs(spec)
+    knobs = knobs_of(spec)
     assert knobs["flashinfer.workspace_mb"] == 512 and knobs["flashinfer.fixed_split_size"] == 4096
     assert knobs["overridden"] == spec.sglang_overridden == ["flashinfer.workspace_mb"]  # 4096 is the profile's
     path = tmp_path / "det.yaml"
@@ -103,7 +109,7 @@ def test_env_flags_the_profile_reads_set_its_knobs():
     assert spec.sglang_overridden == []  # SGLang's own way to set them: not an override
     spec = spec_from_dict(job(DEFAULT, env={"SGLANG_FLASHINFER_WORKSPACE_SIZE": str(1 << 30),
                                             "SGLANG_FLASHINFER_USE_TENSOR_CORE": "false"}))
-    assert spec.flashinfer.workspace_mb == 1024 and effective_knobs(spec)["flashinfer.decode.tensor_cores"] is False
+    assert spec.flashinfer.workspace_mb == 1024 and knobs_of(spec)["flashinfer.decode.tensor_cores"] is False
 
 
 @pytest.mark.parametrize("profile, env, needle", [
@@ -143,7 +149,7 @@ def test_submit_refuses_an_unread_flag_with_exit_2(tmp_path, capsys):
 
 def test_the_tensor_core_flag_takes_only_the_words_sglang_reads():
     spec = spec_from_dict(small(env={"SGLANG_FLASHINFER_USE_TENSOR_CORE": True}))
-    assert spec.env["SGLANG_FLASHINFER_USE_TENSOR_CORE"] == "true" and effective_knobs(spec)[
+    assert spec.env["SGLANG_FLASHINFER_USE_TENSOR_CORE"] == "true" and knobs_of(spec)[
         "flashinfer.decode.tensor_cores"] is True
     with pytest.raises(DetrunError, match="SGLANG_FLASHINFER_USE_TENSOR_CORE='1': SGLang reads only 'true'"):
         spec_from_dict(small(env={"SGLANG_FLASHINFER_USE_TENSOR_CORE": "1"}))
@@ -157,7 +163,7 @@ def test_a_sweep_under_a_profile_uses_its_page_size():
 
 
 def test_a_job_without_a_profile_still_lists_its_knobs():
-    knobs = effective_knobs(spec_from_dict(small(flashinfer={"ragged_backend": None, "backend": "fa3"})))
+    knobs = knobs_of(spec_from_dict(small(flashinfer={"ragged_backend": None, "backend": "fa3"})))
     assert knobs["profile"] is None and knobs["overridden"] == [] and knobs["page_size"] == 4
     assert knobs["flashinfer.ragged_backend"] == "fa3"  # None: the paged backend's
     assert knobs["flashinfer.decode.tensor_cores"] is False  # GQA group 2
@@ -172,7 +178,7 @@ def test_a_job_without_a_profile_still_lists_its_knobs():
 ])
 def test_shipped_sglang_jobs(path, version, det):
     spec = load_spec(path)
-    assert effective_knobs(spec) == {"profile": f"sglang-{version}-{'deterministic' if det else 'default'}",
+    assert knobs_of(spec) == {"profile": f"sglang-{version}-{'deterministic' if det else 'default'}",
                                      **PINNED[(version, det)], "flashinfer.decode.tensor_cores": True,
                                      "overridden": []}
     assert (spec.heads.qo, spec.heads.kv, spec.head_dim) == (32, 8, 128) and spec.env == {}
@@ -183,7 +189,7 @@ def test_shipped_sglang_jobs(path, version, det):
 
 def test_the_shipped_flag_job_sets_the_flag_0523_reads():
     spec = load_spec("jobs/sglang-0523-paged.yaml")
-    assert effective_knobs(spec)["profile"] == "sglang-0.5.23-default" and spec.sglang_overridden == []
+    assert knobs_of(spec)["profile"] == "sglang-0.5.23-default" and spec.sglang_overridden == []
     assert spec.bool_flags == {"SGLANG_FLASHINFER_USE_PAGED": True} and spec.phases == ["prefill", "decode"]
     with pytest.raises(DetrunError, match="SGLang 0.5.10 does not read it"):
         load_spec("jobs/sglang-0523-paged.yaml", ['sglang={version: "0.5.10"}'])

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..envflags import parse_bool
+from ..envflags import USE_PAGED_FLAG, parse_bool
 from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..record.keys import key_parts, row_key
 from ..record.manifest import Manifest
@@ -31,7 +31,7 @@ from ..record.plans import PLAN_UNKNOWN
 from ..record.status import RunStatus, Status
 from ..spec.matrix import expected_key_array, key_layout
 from ..spec.model import spec_from_dict
-from ..spec.sglang import USE_PAGED_FLAG, profile_label
+from ..spec.sglang import profile_label
 from ..store.runs import RunReader
 from .claims import Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns

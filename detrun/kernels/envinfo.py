@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import subprocess
 from importlib import metadata
-from typing import Dict, Iterable
+from typing import Dict
 
 import torch
 
-from ..envflags import BOOL_FLAGS
 from ..record.fingerprint import fingerprint_of
 
 
@@ -32,14 +30,10 @@ def _driver() -> str:
         return ""
 
 
-def seen_flags(names: Iterable[str]) -> Dict[str, str]:
-    """The flags as this process sees them (the spec's own, plus every known boolean flag)."""
-    return {k: os.environ[k] for k in sorted(set(names) | BOOL_FLAGS) if k in os.environ}
-
-
 def environment(device: torch.device, flags: Dict[str, str], sglang: str = "") -> Dict[str, object]:
-    """The row's environment fields; sglang: the SGLang version a backend-sglang task runs ("" otherwise: the
-    other backends run none of its code, so an installed SGLang changes no fingerprint of theirs)."""
+    """The row's environment fields (flags: the task's TaskFlags.flags); sglang: the SGLang version a backend-sglang
+    task runs ("" otherwise: the other backends run none of its code, so an installed SGLang changes no fingerprint
+    of theirs)."""
     env: Dict[str, object] = {
         "sglang": sglang,
         "host": socket.gethostname(),

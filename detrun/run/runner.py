@@ -7,7 +7,6 @@ so a retried, resumed or interrupted run never holds a partial or duplicated sha
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
 import subprocess
@@ -21,12 +20,12 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from ..envflags import driver_settings
 from ..errors import AUTH_HINT, DetrunError, failure_line, first_line, interruption, mark_incomplete
 from ..record.status import RunStatus, Status
 from ..record.task import TaskResult
 from ..spec.matrix import Shard, cells_for, check_size, shards
 from ..spec.model import JobSpec
-from ..store import heartbeat
 from ..store.manifests import new_run_id
 from ..store.runs import RunStore
 from . import faults
@@ -46,13 +45,6 @@ from .resources import host_peak_mb
 from .resume import missing_shards
 
 log = logging.getLogger(__name__)
-
-PG_TIMEOUT_S = float(os.environ.get("DETRUN_PG_TIMEOUT_S", "60"))
-# A bundle whose node died and that Ray could not re-place for this long is given up (no spare GPU).
-NODE_LOSS_GRACE_S = float(os.environ.get("DETRUN_NODE_LOSS_GRACE_S", "30"))
-# An isolated cell's task gets this long beyond isolation.cell_timeout_s (worker start, imports) before
-# the driver cancels it as hung.
-ISOLATION_GRACE_S = float(os.environ.get("DETRUN_ISOLATION_GRACE_S", "60"))
 # A task killed by Ray's memory monitor fails at once (Ray's default retries it without end);
 # a cluster we join keeps its own setting, and _collect turns the OOM into error rows.
 LOCAL_SYSTEM_CONFIG = {"task_oom_retries": 0}
@@ -203,6 +195,7 @@ class _ShardRun:
     def __init__(self, spec: JobSpec, store: RunStore, run_id: str, todo: Sequence[Shard], bundles: int,
                  options: RunOptions):
         self.spec, self.store, self.run_id, self.options = spec, store, run_id, options
+        self.settings = driver_settings()  # DETRUN_HEARTBEAT_S and the waits below (the CLI checked them first)
         self.spec_data = spec.model_dump(mode="json")
         self.result = SubmitResult(run_id, bundles)
         self.total, self.finished = len(todo), 0
@@ -236,7 +229,8 @@ class _ShardRun:
         try:
             ready = self._wait_placed(pg)
             if not ready:
-                raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) within {PG_TIMEOUT_S:.0f} s")
+                raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) "
+                                  f"within {self.settings.pg_timeout_s:.0f} s")
             timings["placement_group_s"] = time.perf_counter() - start
             self._loop(pg)
             for book in list(self.books.values()):  # isolated cells left waiting (their sample was lost)
@@ -400,7 +394,7 @@ class _ShardRun:
         """Cancel tasks past their time: --task-timeout for shards, the cell timeout (and grace) for
         isolated cells (whose rows then say they hung)."""
         now, limit = time.monotonic(), self.options.task_timeout
-        cell_limit = self.spec.isolation.cell_timeout_s + ISOLATION_GRACE_S
+        cell_limit = self.spec.isolation.cell_timeout_s + self.settings.isolation_grace_s
         for ref, (item, bundle, started) in list(self.pending.items()):
             if isinstance(item, Isolated) and now - started > cell_limit:
                 self.pending.pop(ref)
@@ -419,15 +413,15 @@ class _ShardRun:
         for bundle in self.queues:
             if placed.get(bundle) in alive:
                 self.lost_since.pop(bundle, None)
-            elif now - self.lost_since.setdefault(bundle, now) > NODE_LOSS_GRACE_S:
+            elif now - self.lost_since.setdefault(bundle, now) > self.settings.node_loss_grace_s:
                 for ref in [r for r, (_, b, _) in self.pending.items() if b == bundle]:
                     self._drop(ref, "its node died and no GPU was left to retry on", "its node died")
 
     def _wait_placed(self, pg) -> bool:
-        """Wait up to PG_TIMEOUT_S for the placement group, beating the heartbeat meanwhile."""
-        ready, deadline = pg.ready(), time.monotonic() + PG_TIMEOUT_S
+        """Wait up to DETRUN_PG_TIMEOUT_S for the placement group, beating the heartbeat meanwhile."""
+        ready, deadline = pg.ready(), time.monotonic() + self.settings.pg_timeout_s
         while (left := deadline - time.monotonic()) > 0:
-            if ray.wait([ready], timeout=min(heartbeat.PERIOD_S, left))[0]:
+            if ray.wait([ready], timeout=min(self.settings.heartbeat_s, left))[0]:
                 return True
             self._heartbeat()
         return False
@@ -435,7 +429,7 @@ class _ShardRun:
     def _heartbeat(self) -> None:
         """Refresh the manifest's driver heartbeat once a period (create_run or reopen_run wrote the first)."""
         now = time.monotonic()
-        if now - vars(self).setdefault("_beat_at", now) >= heartbeat.PERIOD_S:
+        if now - vars(self).setdefault("_beat_at", now) >= self.settings.heartbeat_s:
             self._beat_at = now
             try:
                 self.store.beat(self.run_id)

@@ -17,18 +17,9 @@ from typing import Callable, Deque, Dict, List, Optional, cast
 
 import torch
 
-from ..envflags import (
-    DEFAULT_DIGEST_DEPTH,
-    DEFAULT_DIGEST_STREAM,
-    DIGEST_DEPTH,
-    DIGEST_STREAM,
-    digest_depth,
-    digest_stream,
-    env_bool,
-)
+from ..envflags import TaskFlags
 from ..errors import first_line
 from ..kernels.backends.base import (
-    USE_PAGED_FLAG,
     AttentionBackend,
     BackendUnavailable,
     EnvironmentMismatch,
@@ -37,7 +28,7 @@ from ..kernels.backends.base import (
     Unsupported,
 )
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
-from ..kernels.envinfo import environment, seen_flags
+from ..kernels.envinfo import environment
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
 from ..record.keys import row_key
 from ..record.status import Status
@@ -132,18 +123,20 @@ def digest_lag(depth: int) -> int:
     return max(1, depth - 1)
 
 
-def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None) -> AttentionBackend:
+def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None,
+                 flags: Optional[TaskFlags] = None) -> AttentionBackend:
+    """The task's backend, built once with the task's flags (backend sglang: SGLang also reads its own)."""
     if name == "reference":
         from ..kernels.backends.reference import ReferenceBackend
 
-        return ReferenceBackend(spec, device, stages)
+        return ReferenceBackend(spec, device, stages, flags)
     if name == "sglang":
         from ..kernels.backends.sglang import SGLangBackend  # imports SGLang: only here, inside a task
 
-        return SGLangBackend(spec, device, stages)
+        return SGLangBackend(spec, device, stages, flags)
     from ..kernels.backends.flashinfer import FlashInferBackend  # imported only here, inside a task
 
-    return FlashInferBackend(spec, device, stages)
+    return FlashInferBackend(spec, device, stages, flags)
 
 
 class ShardRunner:
@@ -161,6 +154,9 @@ class ShardRunner:
             with self.stages("cuda context"):
                 torch.empty(1, device=self.device)
             prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
+        # The task's flags, parsed once from its environment (Ray's runtime_env set the spec's env there): the
+        # backend is built with them and the rows record them (a bad value set on a node fails the task, naming it)
+        self.flags = TaskFlags.parse(os.environ, spec.env)
         self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
         self.backend: Optional[AttentionBackend] = None
         self.environment_error = ""  # the task's environment is not the job's: no rows, the run stops (exit 2)
@@ -178,16 +174,17 @@ class ShardRunner:
                 if self.backend_name in ("flashinfer", "sglang"):
                     self.jit.restore()  # before the first plan: FlashInfer then loads what others compiled
                 try:
-                    self.backend = make_backend(self.backend_name, spec, self.device, self.stages)
+                    self.backend = make_backend(self.backend_name, spec, self.device, self.stages, self.flags)
                 except EnvironmentMismatch as exc:
                     self.environment_error = self.poisoned = str(exc)
-        flags = seen_flags(spec.env)
         with self.stages("environment"):
-            env = environment(self.device, flags, sglang=installed_sglang() if spec.backend == "sglang" else "")
+            env = environment(self.device, self.flags.flags,
+                              sglang=installed_sglang() if spec.backend == "sglang" else "")
+        # use_paged: the flag as the backend read it (backend sglang: as SGLang read it, FB:453)
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,
-                           use_paged=self.backend.use_paged if self.backend else env_bool(USE_PAGED_FLAG),
-                           knobs=json.dumps(effective_knobs(spec), sort_keys=True),
+                           use_paged=self.backend.use_paged if self.backend else self.flags.use_paged,
+                           knobs=json.dumps(effective_knobs(spec, self.flags), sort_keys=True),
                            pid=os.getpid(), **context, **env)
         self.rows: List[dict] = []
         self.blobs: Dict[str, bytes] = {}
@@ -199,13 +196,12 @@ class ShardRunner:
         self.deferred: List[Deferred] = []  # cells for isolated workers
         # (cell, row bounds, output, digests) launched, rows not yet written; up to `depth` cells in flight
         self.pending: Deque[tuple] = collections.deque()
-        # a spec's env: checked at validation
-        self.depth = digest_depth(os.environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH))
+        self.depth = self.flags.digest_depth
         if self.backend is not None:
             self.backend.in_flight = self.depth
         self.lag = digest_lag(self.depth)  # 0: unbounded (bench/cell_profile.py's lag=0)
         self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
-        if digest_stream(os.environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)) and self.device.type == "cuda":
+        if self.flags.digest_low_stream and self.device.type == "cuda":
             self.use_digest_stream(True)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
         self.draws = Draws(spec, self.device, draw_threads())

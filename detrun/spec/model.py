@@ -10,11 +10,20 @@ from typing import Callable, Dict, List, Literal, Optional, Sequence, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..envflags import BOOL_FLAGS, DIGEST_DEPTH, DIGEST_STREAM, FORBIDDEN_FLAGS, digest_depth, digest_stream, parse_bool
+from ..envflags import (
+    BOOL_FLAGS,
+    DIGEST_DEPTH,
+    DIGEST_STREAM,
+    FORBIDDEN_FLAGS,
+    TENSOR_CORE_FLAG,
+    digest_depth,
+    digest_stream,
+    parse_bool,
+)
 from ..errors import DetrunError
 from ..record.keys import COPY, base_request, copy_name
 from .messages import blamed_override, error_text, kind_of
-from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, TENSOR_CORE_FLAG, apply_profile, reads_use_paged
+from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, apply_profile, reads_use_paged
 from .sweep import Generator, expand
 
 Mode = Literal["eager", "cudagraph"]

@@ -4,8 +4,8 @@ PROFILES is the one table: each knob's value and where SGLang sets it (file:line
 read from the released wheel, whose `sglang/` is the tag's `python/sglang/`), the env flags that version
 reads, and what its `cudagraph` prefill is (full_prefill_graph). A job's `sglang: {version,
 deterministic_inference}` fills the knobs it did not set (apply_profile, at spec validation); a knob it set
-overrides the profile and is recorded in `sglang_overridden`. effective_knobs(spec) is what every row
-records (its `knobs` column). No torch, no pydantic: the driver side imports it.
+overrides the profile and is recorded in `sglang_overridden`. effective_knobs(spec, flags) is what every
+row records (its `knobs` column). No torch, no pydantic: the driver side imports it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import copy
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, cast
+
+from ..envflags import DETERMINISTIC_FLAG, TENSOR_CORE_FLAG, USE_PAGED_FLAG, TaskFlags
 
 SRT = "python/sglang/srt"
 FB = f"{SRT}/layers/attention/flashinfer_backend.py"
@@ -33,13 +35,10 @@ DECODE_RUN = f"{SRT}/model_executor/runner/decode_cuda_graph_runner.py"
 PREFILL_RUN = f"{SRT}/model_executor/runner/prefill_cuda_graph_runner.py"
 COMMON = f"{SRT}/utils/common.py"
 
-TENSOR_CORE_FLAG = "SGLANG_FLASHINFER_USE_TENSOR_CORE"
 SGLANG_BACKEND_MIN = "0.5.11"  # the first SGLang that reads SGLANG_FLASHINFER_USE_PAGED (PR #24165)
-USE_PAGED_FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 WORKSPACE_FLAG = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 PREFILL_TILE_FLAG = "SGLANG_FLASHINFER_PREFILL_SPLIT_TILE_SIZE"
 DECODE_TILE_FLAG = "SGLANG_FLASHINFER_DECODE_SPLIT_TILE_SIZE"
-DETERMINISTIC_FLAG = "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"
 MIB = 1 << 20
 
 
@@ -340,17 +339,16 @@ def apply_profile(data: dict) -> dict:
     return out
 
 
-def decode_tensor_cores(choice: Optional[bool], env: Mapping[str, object], qo_heads: int, kv_heads: int,
+def decode_tensor_cores(choice: Optional[bool], flag: Optional[bool], qo_heads: int, kv_heads: int,
                         dtype: str) -> bool:
     """Tensor-core decode: the spec's choice, else SGLang's should_use_tensor_core (0.5.10 FB:1671-1717, 0.5.23
-    FB:2670-2716, the same code): SGLANG_FLASHINFER_USE_TENSOR_CORE == 'true' (any case; anything else is false),
-    else a GQA group >= 4 for fp16/bf16 KV (fp32 KV: no). flashinfer 0.6.7.post3 has no
+    FB:2670-2716, the same code): the task's SGLANG_FLASHINFER_USE_TENSOR_CORE (flag, as TaskFlags parsed it:
+    == 'true', any case), else a GQA group >= 4 for fp16/bf16 KV (fp32 KV: no). flashinfer 0.6.7.post3 has no
     _grouped_size_compiled_for_decode_kernels, so SGLang's older check (0.5.10 FB:1692-1705) falls through."""
     if choice is not None:
         return choice
-    raw = env.get(TENSOR_CORE_FLAG)
-    if raw is not None:
-        return str(raw).lower() == "true"
+    if flag is not None:
+        return flag
     return dtype in ("bf16", "fp16") and qo_heads // kv_heads >= 4
 
 
@@ -370,9 +368,10 @@ def full_prefill_graph(sglang: object) -> Optional[FullPrefillGraph]:
     return None if sglang is None else PROFILES[_key(sglang)]["prefill_graph"]
 
 
-def effective_knobs(spec) -> dict:
-    """Every FlashInfer knob the task runs with (spec paths), the profile's name (None without one) and the
-    knobs the job overrode: a row's `knobs` column (informational: the plan fields explain differences)."""
+def effective_knobs(spec, flags: TaskFlags) -> dict:
+    """Every FlashInfer knob the task runs with (spec paths; flags: the task's, as its backend got them), the
+    profile's name (None without one) and the knobs the job overrode: a row's `knobs` column (informational: the
+    plan fields explain differences)."""
     knobs: Dict[str, object] = {"profile": profile_label(spec.sglang)}
     for path in KNOB_PATHS:
         node = spec
@@ -382,7 +381,7 @@ def effective_knobs(spec) -> dict:
     fi = spec.flashinfer
     knobs["flashinfer.ragged_backend"] = fi.ragged_backend or fi.backend
     knobs["flashinfer.decode.tensor_cores"] = decode_tensor_cores(
-        fi.decode.tensor_cores, spec.env, spec.heads.qo, spec.heads.kv, spec.dtype)
+        fi.decode.tensor_cores, flags.tensor_core, spec.heads.qo, spec.heads.kv, spec.dtype)
     knobs["overridden"] = list(spec.sglang_overridden)
     return knobs
 

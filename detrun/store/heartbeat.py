@@ -12,16 +12,17 @@ import socket
 import time
 from typing import Optional
 
+from ..envflags import driver_settings
 from ..record.manifest import DriverRecord, Manifest
 from ..record.status import RunStatus
 
-PERIOD_S = float(os.environ.get("DETRUN_HEARTBEAT_S", "10"))
 STALE_PERIODS = 3
 
 
 def driver_record() -> DriverRecord:
     """This process as the run's driver, beating now."""
-    return DriverRecord(host=socket.gethostname(), pid=os.getpid(), heartbeat_unix=time.time(), period_s=PERIOD_S)
+    return DriverRecord(host=socket.gethostname(), pid=os.getpid(), heartbeat_unix=time.time(),
+                        period_s=driver_settings().heartbeat_s)
 
 
 def _alive(pid: object) -> bool:
@@ -49,7 +50,7 @@ def silent_for(manifest: Manifest, now: Optional[float] = None) -> Optional[floa
         return None
     try:
         age = (time.time() if now is None else now) - float(driver["heartbeat_unix"])
-        limit = STALE_PERIODS * float(driver.get("period_s", PERIOD_S))
+        limit = STALE_PERIODS * float(driver.get("period_s", driver_settings().heartbeat_s))
     except (KeyError, TypeError, ValueError):
         return None
     if age <= limit or (driver.get("host") == socket.gethostname() and _alive(driver.get("pid"))):

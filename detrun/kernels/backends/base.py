@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 
-from ...envflags import env_bool
+from ...envflags import TaskFlags
 from ...record.paths import (  # noqa: F401  (the backends take them from here)
     PATH_DECODE,
     PATH_PAGED,
@@ -17,10 +17,7 @@ from ...record.paths import (  # noqa: F401  (the backends take them from here)
     PATH_RAGGED_PREFIX,
 )
 from ...spec.model import JobSpec
-from ...spec.sglang import (
-    USE_PAGED_FLAG,  # noqa: F401  (the worker takes it from here)
-    full_prefill_graph,
-)
+from ...spec.sglang import full_prefill_graph
 from ...stages import Stages
 from ..inputs import Batch
 
@@ -83,15 +80,18 @@ def choose_path(use_paged: bool, deterministic: bool, mode: str, batch: Batch, f
 
 
 class AttentionBackend(abc.ABC):
-    """Built once per task; reads its flags from the task's environment in __init__, as SGLang does."""
+    """Built once per task with the task's flags (TaskFlags, parsed once from its environment: what SGLang reads
+    in its backend's __init__); none given: every flag unset."""
 
     name: str = "?"
 
-    def __init__(self, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None):
+    def __init__(self, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None,
+                 flags: Optional[TaskFlags] = None):
         self.spec = spec
         self.device = device
         self.stages = stages if stages is not None else Stages()
-        self.use_paged = env_bool(USE_PAGED_FLAG)
+        self.flags = flags if flags is not None else TaskFlags()
+        self.use_paged = self.flags.use_paged
         self.deterministic = spec.deterministic
         self.prefill_graph = full_prefill_graph(spec.sglang)  # what `cudagraph` prefill models (None: own capture)
         self.graphs: Dict[Hashable, Captured] = {}

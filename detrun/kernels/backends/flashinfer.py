@@ -15,7 +15,6 @@ request slots with total_num_rows fixed by its first capture, on a workspace of 
 from __future__ import annotations
 
 import math
-import os
 from functools import partial
 from typing import Callable, Dict, Optional, Set, Tuple
 
@@ -70,8 +69,8 @@ DECODE_BACKEND = "fa2"  # SGLang's decode_backend (flashinfer_backend.py:130 at 
 class FlashInferBackend(KernelProfiling, AttentionBackend):
     name = "flashinfer"
 
-    def __init__(self, spec, device, stages=None):
-        super().__init__(spec, device, stages)  # reads SGLANG_FLASHINFER_USE_PAGED first, as SGLang does
+    def __init__(self, spec, device, stages=None, flags=None):
+        super().__init__(spec, device, stages, flags)  # use_paged first, as SGLang reads it first
         import flashinfer  # the task's resolve_backend imported it first (timed there)
 
         self.fi = flashinfer
@@ -91,9 +90,9 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         self._graph_builds: Dict[Tuple[str, str], tuple] = {}
         self._profiled_plans: Set[Tuple[str, str]] = set()  # (path, plan JSON) whose kernels this task recorded
         self.staging = PlanStaging(self.stages, device.type == "cuda")  # plan()'s pinned buffers, some per wrapper
-        # Decode: read once here, as SGLang's should_use_tensor_core runs in FlashInferAttnBackend.__init__.
+        # Decode: chosen once here, as SGLang's should_use_tensor_core runs in FlashInferAttnBackend.__init__.
         self.decode_tensor_cores = decode_tensor_cores(
-            self.opts.decode.tensor_cores, os.environ, spec.heads.qo, spec.heads.kv, spec.dtype)
+            self.opts.decode.tensor_cores, self.flags.tensor_core, spec.heads.qo, spec.heads.kv, spec.dtype)
         self._eager_decode = None  # built on first use (SGLang's self.decode_wrappers[0])
         self._decode_graphs: Dict[int, "_DecodeGraph"] = {}  # capture batch size -> its wrapper and buffers
         self._decode_kv: Optional["_StaticKV"] = None  # the KV pool every decode graph reads

@@ -95,8 +95,8 @@ def gather(cache: torch.Tensor, table: PageTable, i: int, length: int) -> torch.
 class ReferenceBackend(AttentionBackend):
     name = "reference"
 
-    def __init__(self, spec, device, stages=None):
-        super().__init__(spec, device, stages)
+    def __init__(self, spec, device, stages=None, flags=None):
+        super().__init__(spec, device, stages, flags)
         self.opts = spec.reference
         self.group = spec.heads.qo // spec.heads.kv
         self.scale = 1.0 / math.sqrt(spec.head_dim)

@@ -23,9 +23,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from packaging.version import Version
 
+from ...envflags import TaskFlags
 from ...record.paths import path_of
 from ...spec.model import JobSpec
-from ...spec.sglang import FULL_PREFILL_GRAPH_0523
+from ...spec.sglang import FULL_PREFILL_GRAPH_0523, WORKSPACE_FLAG
 from ...stages import Stages
 from ..inputs import Batch
 from . import sglang_stubs
@@ -45,7 +46,6 @@ from .profiling import KernelProfiling
 from .sglang_batch import DECODE, DLLM_EXTEND, EXTEND, Runner, Step, most_requests, on_device, prepare_import, step_of
 from .sglang_record import Recorder, WrapperAPI, activate, install
 
-WORKSPACE_FLAG = "SGLANG_FLASHINFER_WORKSPACE_SIZE"
 _WORKSPACE_ENV: Dict[str, Optional[str]] = {}  # the flag as the task had it, before any backend set it
 GRAPH_NAMES = {EXTEND: "full-prefill", DECODE: "decode", DLLM_EXTEND: "dllm"}
 # Test-only (docs/environment.md): "flip-ragged" makes an eager prefill that SGLang set up ragged run its paged
@@ -117,8 +117,8 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
     name = "sglang"
 
     def __init__(self, spec: JobSpec, device: torch.device, stages: Optional[Stages] = None,
-                 wrappers: Optional[WrapperAPI] = None):
-        super().__init__(spec, device, stages)
+                 flags: Optional[TaskFlags] = None, wrappers: Optional[WrapperAPI] = None):
+        super().__init__(spec, device, stages, flags)  # detrun's record; SGLang reads its own flags (below)
         if spec.sglang is None:
             raise BackendUnavailable("backend sglang: the job names no SGLang (sglang: {version: ...})")
         prepare_import(device)
