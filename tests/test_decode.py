@@ -5,6 +5,7 @@ cells, isolation and shrink with phases, jobs/decode.yaml end to end."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from detrun.errors import DetrunError
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.compare import compare_runs
 from detrun.judge.history import history, job_of
@@ -56,7 +58,7 @@ def test_prefill_keys_are_unchanged_and_decode_keys_say_decode():
 def test_phases_field_is_checked():
     for phases, needle in (([], "phases: List should have at least 1 item"), (["decode", "decode"],
                            "phases: phases must not repeat"), (["extend"], "phases.0: Input should be")):
-        with pytest.raises(Exception, match=needle):
+        with pytest.raises(DetrunError, match=rf"^<spec>: {re.escape(needle)}"):
             spec_from_dict(small(phases=phases))
     assert spec_from_dict(small(expect={"phase": "bitwise"})).expect == {"phase": "bitwise"}
 
