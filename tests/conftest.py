@@ -11,37 +11,22 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
 
 
-_SHARED_RAY: dict = {}  # the gcs address of the local Ray that ray_2gpu started, while it runs
-
-
 @pytest.fixture(scope="session")
 def _shared_ray_session():
-    """Shuts down ray_2gpu's local Ray at the end of the session."""
+    """Shuts down the shared local Ray (helpers.local_ray) at the end of the session."""
     yield
-    import ray
+    from tests.helpers import end_local_ray
 
-    if _SHARED_RAY and ray.is_initialized():
-        ray.shutdown()
+    end_local_ray()
 
 
 @pytest.fixture
 def ray_2gpu(_shared_ray_session):
-    """A local Ray with 2 CPUs and 2 declared GPUs, shared by every test that asks for it (~5 s a start):
-    started again only when another test shut it down or connected elsewhere (test_cluster_faults). Its
-    workers inherit no SGLANG_ or DETRUN_ variable of this process: a task sees a flag only through its
-    runtime_env, whichever test started the Ray."""
-    import ray
+    """The shared local Ray with 2 CPUs and 2 declared GPUs (helpers.local_ray): started once for the
+    session, again only after a test shut it down or joined another Ray (test_cluster_faults)."""
+    from tests.helpers import local_ray
 
-    ours = ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED_RAY.get("address")
-    if not ours:
-        if ray.is_initialized():
-            ray.shutdown()
-        with pytest.MonkeyPatch.context() as env:
-            for name in [k for k in os.environ if k.startswith(("SGLANG_", "DETRUN_"))]:
-                env.delenv(name)
-            ray.init("local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
-        _SHARED_RAY["address"] = ray.get_runtime_context().gcs_address
-    return ray
+    return local_ray()
 
 
 @pytest.fixture
