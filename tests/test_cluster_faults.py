@@ -136,10 +136,11 @@ def test_task_timeout_cancels_and_records_the_shard(cluster, store):
 
 
 def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, store, monkeypatch, tmp_path):
-    """An H100 node dies while its bundle's first shard runs (every task waits until the node is gone, so
-    nothing has finished): Ray cannot re-place the bundle (every GPU is in the placement group), so after
-    the grace the runner fails that shard and the one queued behind it; the other 4 shards are stored once;
-    resume finishes."""
+    """An H100 node dies while its bundle's first shard runs (every bundle's first task has started and
+    waits until the node is gone, so nothing has finished): Ray cannot re-place the bundle (every GPU is in
+    the placement group), so after the grace the runner fails that shard and the one queued behind it; the
+    other 4 shards are stored once; resume finishes. (Until the run ends, Ray's GCS spins on the bundle it
+    cannot place: the survivors' first tasks have their imports behind them by then.)"""
     c, h100 = cluster
     release = tmp_path / "release"
     spec = _spec(DETRUN_TEST_WAIT_FOR=str(release))
@@ -147,6 +148,10 @@ def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, s
 
     def remove_a_busy_node(done, total):
         if not removed_at:  # the first turn of the wait loop: every bundle's first shard is pending
+            deadline = time.monotonic() + 300
+            while len(list(tmp_path.glob("release.waiting-*"))) < 3:  # each one started, waiting
+                assert time.monotonic() < deadline, "the first 3 tasks did not start within 300 s"
+                time.sleep(0.2)
             c.remove_node(h100[0], allow_graceful=False)
             removed_at.append(done)
             release.touch()  # the tasks left may finish now
