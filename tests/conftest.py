@@ -1,6 +1,7 @@
-"""Every fixture more than one test file uses, defined once: a local Ray with 2 declared GPUs (one per test
-module; ~5 s a start), an empty runs root (`store`), a local S3 and runs roots on it, and `no_ray` (a command
-must stop before connecting to Ray). Plain helpers (specs, inline runs, row rewrites) are in helpers.py."""
+"""Every fixture more than one test file uses, defined once: a local Ray with 2 declared GPUs (one for the
+session, shared by the tests that ask for it), an empty runs root (`store`), a local S3 and runs roots on it,
+and `no_ray` (a command must stop before connecting to Ray). Plain helpers (specs, inline runs, row
+rewrites) are in helpers.py."""
 
 import os
 
@@ -10,15 +11,22 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
 
 
-@pytest.fixture(scope="module")
-def ray_2gpu():
-    import ray
+@pytest.fixture(scope="session")
+def _shared_ray_session():
+    """Shuts down the shared local Ray (helpers.local_ray) at the end of the session."""
+    yield
+    from tests.helpers import end_local_ray
 
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init("local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    end_local_ray()
+
+
+@pytest.fixture
+def ray_2gpu(_shared_ray_session):
+    """The shared local Ray with 2 CPUs and 2 declared GPUs (helpers.local_ray): started once for the
+    session, again only after a test shut it down or joined another Ray (test_cluster_faults)."""
+    from tests.helpers import local_ray
+
+    return local_ray()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import io
+import os
 import pickle
 import sys
 import types
@@ -56,6 +57,35 @@ SMALL = {
 
 
 TINY = dict(repeats=1, modes=["eager"])  # small(**TINY): one row per request and case (11 rows)
+
+
+_LOCAL_RAY: dict = {}  # the gcs address of the local Ray local_ray() started, while it runs
+
+
+def local_ray():
+    """ray, connected to the tests' shared local Ray (2 CPUs, 2 declared GPUs; ~5 s a start), started if
+    it is not the one connected: shared by the tests and module fixtures that need a Ray (conftest's
+    ray_2gpu; the session ends it). Its workers inherit no SGLANG_ or DETRUN_ variable of this process:
+    a task sees a flag only through its runtime_env, whichever test started the Ray."""
+    import ray
+
+    if ray.is_initialized() and ray.get_runtime_context().gcs_address == _LOCAL_RAY.get("address"):
+        return ray
+    if ray.is_initialized():
+        ray.shutdown()
+    with pytest.MonkeyPatch.context() as env:
+        for name in [k for k in os.environ if k.startswith(("SGLANG_", "DETRUN_"))]:
+            env.delenv(name)
+        ray.init("local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    _LOCAL_RAY["address"] = ray.get_runtime_context().gcs_address
+    return ray
+
+
+def end_local_ray() -> None:
+    import ray
+
+    if _LOCAL_RAY.pop("address", None) and ray.is_initialized():
+        ray.shutdown()
 
 
 def small(**overrides):

@@ -3,6 +3,7 @@ and no usage text names a commit; every scripts/*.sh parses. Found by glob: a ne
 
 import os
 import re
+import runpy
 import subprocess
 import sys
 
@@ -21,15 +22,40 @@ def test_the_globs_find_the_scripts():
     assert "scripts/gpu_check.sh" in SH_SCRIPTS
 
 
+@pytest.fixture
+def as_main(monkeypatch):
+    """run(script, *args): the script run in this process as `python SCRIPT ARGS` runs it (__main__, its
+    folder first on sys.path, no RAY_ADDRESS), its exit code returned; what it changes in os.environ,
+    sys.path and sys.modules (its sibling modules) is undone afterwards. A fresh interpreter per script
+    spent seconds importing torch for each --help."""
+    saved_env, modules = dict(os.environ), set(sys.modules)
+
+    def run(script: str, *args: str):
+        os.environ.pop("RAY_ADDRESS", None)  # no cluster: --help must not need one
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        monkeypatch.setattr(sys, "path", [str((ROOT / script).parent), *sys.path])
+        try:
+            runpy.run_path(str(ROOT / script), run_name="__main__")
+        except SystemExit as exc:
+            return 0 if exc.code is None else exc.code
+        return 0
+
+    yield run
+    os.environ.clear()
+    os.environ.update(saved_env)
+    folders = (str(ROOT / "bench"), str(ROOT / "scripts"))
+    for name in set(sys.modules) - modules:
+        if str(getattr(sys.modules[name], "__file__", "") or "").startswith(folders):
+            del sys.modules[name]
+
+
 @pytest.mark.parametrize("script", PY_SCRIPTS)
-def test_help_exits_0_with_its_usage(script):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # no cluster: --help must not need one
-    env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "usage" in out.stdout.lower()
-    assert not COMMIT.findall(out.stdout), f"{script} --help names a commit: {COMMIT.findall(out.stdout)}"
+def test_help_exits_0_with_its_usage(script, as_main, capsys):
+    code = as_main(script, "--help")
+    out = capsys.readouterr()
+    assert code == 0, out.out[-2000:] + out.err[-2000:]
+    assert "usage" in out.out.lower()
+    assert not COMMIT.findall(out.out), f"{script} --help names a commit: {COMMIT.findall(out.out)}"
 
 
 @pytest.mark.parametrize("script", SH_SCRIPTS)

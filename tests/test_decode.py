@@ -4,15 +4,16 @@ cells, isolation and shrink with phases, jobs/decode.yaml end to end."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import re
 import xml.etree.ElementTree as ET
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from detrun.cli import app
+from detrun.errors import DetrunError
 from detrun.judge.baseline import compare_with_baseline, set_baseline
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
@@ -29,7 +30,6 @@ from detrun.run.worker import run_shard
 from detrun.spec.matrix import Cell, Shard, cells_for, expected_keys, row_count
 from detrun.spec.model import load_spec, spec_from_dict
 from tests.helpers import ROOT, drop_row, flip_one_ulp, rewrite_rows, run_inline, small, stored_tensor
-from tests.procs import end_session
 
 JOB = str(ROOT / "jobs" / "decode.yaml")
 BOTH = dict(phases=["prefill", "decode"], modes=["eager"])
@@ -58,7 +58,7 @@ def test_prefill_keys_are_unchanged_and_decode_keys_say_decode():
 def test_phases_field_is_checked():
     for phases, needle in (([], "phases: List should have at least 1 item"), (["decode", "decode"],
                            "phases: phases must not repeat"), (["extend"], "phases.0: Input should be")):
-        with pytest.raises(Exception, match=needle):
+        with pytest.raises(DetrunError, match=rf"^<spec>: {re.escape(needle)}"):
             spec_from_dict(small(phases=phases))
     assert spec_from_dict(small(expect={"phase": "bitwise"})).expect == {"phase": "bitwise"}
 
@@ -258,22 +258,14 @@ def test_shrink_stays_in_the_failing_pairs_phase(store):
 
 
 @pytest.mark.slow
-def test_decode_job_through_submit_passes_exact_and_fails_split_kv(tmp_path):
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+def test_decode_job_through_submit_passes_exact_and_fails_split_kv(ray_2gpu, tmp_path):
+    """`detrun submit` in this process, on the tests' shared local Ray (a subprocess per run started a Ray
+    each; the local start is tested by test_driver_faults and test_exitcodes)."""
     runs = str(tmp_path / "runs")
     codes, outs = {}, {}
     for run_id, extra in (("exact", []), ("split", ["--set", "reference.variant=split_kv"])):
-        proc = subprocess.Popen([sys.executable, "-m", "detrun.cli", "submit", JOB, "--runs-root", runs, "--run-id",
-                                 run_id, "--gpus", "1", *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-            end_session(proc.pid)
-        codes[run_id], outs[run_id] = proc.returncode, out + err
+        res = CliRunner().invoke(app, ["submit", JOB, "--runs-root", runs, "--run-id", run_id, "--gpus", "1", *extra])
+        codes[run_id], outs[run_id] = res.exit_code, res.output
     assert codes == {"exact": 0, "split": 1}, outs
     held = [line for line in outs["exact"].splitlines() if line.startswith("verdict:")][-1].split("held: ")[1]
     assert held.startswith("repeat, batch bitwise, phase bitwise;")

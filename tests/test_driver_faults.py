@@ -19,6 +19,10 @@ from tests.procs import detrun, end_session, names, session_processes
 
 pytestmark = pytest.mark.slow
 HEARTBEAT_S = 1.0
+# `python -m detrun.cli` with Python's own SIGINT handler, as a terminal's Ctrl-C finds it: a pytest started
+# in the background of a non-interactive shell has SIGINT ignored, and the driver would inherit that.
+WITH_SIGINT = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'detrun'; runpy.run_module('detrun.cli', run_name='__main__')")
 
 
 @pytest.fixture
@@ -32,7 +36,7 @@ def driver(tmp_path):
     started = []
 
     def start(run_id: str) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "detrun.cli", "submit", str(job), "--runs-root",
+        proc = subprocess.Popen([sys.executable, "-c", WITH_SIGINT, "submit", str(job), "--runs-root",
                                  str(tmp_path / "runs"), "--run-id", run_id, "--gpus", "1"], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         started.append(proc)

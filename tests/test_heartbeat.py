@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.errors import DetrunError
-from detrun.run import runner
+from detrun.run import faults, runner
 from detrun.spec.model import spec_from_dict
 from detrun.store import heartbeat
 from detrun.store.runs import RunStore
@@ -75,29 +76,65 @@ def test_status_says_stale_with_the_resume_hint(store):
 
 @pytest.fixture
 def beats(monkeypatch):
-    """The monotonic times of the heartbeats the runner writes."""
-    times = []
+    """The heartbeats the runner writes: `at` their monotonic times, `wall` the wall-clock interval around
+    the last one's write; `after(n)`, a test's hook, runs after the nth."""
+    log = types.SimpleNamespace(at=[], wall=None, after=lambda n: None)
     write = RunStore.beat
-    monkeypatch.setattr(RunStore, "beat", lambda self, run_id: (times.append(time.monotonic()), write(self, run_id)))
-    return times
+
+    def beat(self, run_id):
+        before = time.time()
+        write(self, run_id)
+        log.at.append(time.monotonic())
+        log.wall = (before, time.time())
+        log.after(len(log.at))
+
+    monkeypatch.setattr(RunStore, "beat", beat)
+    return log
+
+
+class Enough(Exception):
+    """Ends a run from the beats hook once it has shown what the test needs."""
+
+
+def _periods(at):
+    return [b - a for a, b in zip(at, at[1:])]
 
 
 def test_beats_while_waiting_for_gpus(ray_2gpu, store, beats, monkeypatch):
+    """3 GPUs asked of 2: the placement group is never placed; the driver beats while it waits. The wait
+    ends at the third beat (the hook), not at a deadline, so a slow machine only makes it take longer."""
     monkeypatch.setenv("DETRUN_HEARTBEAT_S", "0.5")
-    monkeypatch.setenv("DETRUN_PG_TIMEOUT_S", "2.5")
-    with pytest.raises(DetrunError, match="could not reserve 3 GPU"):
+
+    def third(n):
+        if n == 3:
+            raise Enough
+
+    beats.after = third
+    with pytest.raises(Enough):
         runner.submit(spec_from_dict(small(repeats=1, modes=["eager"])), store, 3, run_id="wait")
-    assert len(beats) >= 3
-    driver = store.manifest("wait")["driver"]
+    assert len(beats.at) == 3 and min(_periods(beats.at)) >= 0.5, _periods(beats.at)
+    manifest = store.manifest("wait")
+    driver = manifest["driver"]
     assert (driver["host"], driver["pid"], driver["period_s"]) == (socket.gethostname(), os.getpid(), 0.5)
-    assert driver["heartbeat_unix"] > time.time() - 1.5
+    assert beats.wall[0] <= driver["heartbeat_unix"] <= beats.wall[1]  # the last beat is in the manifest
+    assert manifest["status"] == "incomplete"
 
 
-def test_beats_once_a_period_while_tasks_run(ray_2gpu, store, beats, monkeypatch):
+def test_a_placement_group_that_is_never_placed_fails_after_the_timeout(ray_2gpu, store, monkeypatch):
+    monkeypatch.setenv("DETRUN_PG_TIMEOUT_S", "1")
+    with pytest.raises(DetrunError, match=r"^could not reserve 3 GPU\(s\) within 1 s$"):
+        runner.submit(spec_from_dict(small(repeats=1, modes=["eager"])), store, 3, run_id="wait")
+    assert store.manifest("wait")["status"] == "incomplete"
+
+
+def test_beats_once_a_period_while_tasks_run(ray_2gpu, store, beats, monkeypatch, tmp_path):
+    """The task runs until the driver has beaten twice (it waits for the file the second beat writes), so
+    two beats and the period between them are seen however slow the machine; no beat comes sooner."""
     monkeypatch.setenv("DETRUN_HEARTBEAT_S", "1.5")  # the wait loop turns about once a second
+    release = tmp_path / "release"
+    beats.after = lambda n: n == 2 and release.touch()
     spec = spec_from_dict(small(repeats=1, modes=["eager"], env={"SGLANG_FLASHINFER_USE_PAGED": "1",
-                                                                  "DETRUN_TEST_SLEEP_S": "4"}))
+                                                                  faults.WAIT_FOR: str(release)}))
     result = runner.submit(spec, store, 1, run_id="beat")
     assert result.failures == [] and store.manifest("beat")["status"] == "complete"
-    assert len(beats) >= 1
-    assert all(b - a >= 1.5 for a, b in zip(beats, beats[1:]))
+    assert len(beats.at) >= 2 and min(_periods(beats.at)) >= 1.5, _periods(beats.at)

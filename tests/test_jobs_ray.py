@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import time
+import urllib.request
 
 import pytest
 
@@ -45,16 +46,24 @@ def token_head():
         yield head
 
 
-def _finished_job(run: str, runs: str, env: dict) -> str:
-    """`detrun status RUN` once the run's job has ended (SUCCEEDED, FAILED or STOPPED)."""
+def _finished_job(run: str, runs: str, env: dict, head, token: str = "") -> str:
+    """`detrun status RUN` once the run's job has ended (SUCCEEDED, FAILED or STOPPED). The wait polls the
+    head's Jobs REST API from this process (a `detrun status` subprocess per poll took a CPU-second each,
+    beside the job it waited for)."""
+    url = f"{head.address}/api/jobs/detrun-{run}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while True:
-        res = detrun("status", run, "--runs-root", runs, env=env)
-        assert res.returncode == 0, res.stderr
-        if any(f": {end}" in res.stdout for end in ("SUCCEEDED", "FAILED", "STOPPED")):
-            return res.stdout
-        assert time.monotonic() < deadline, f"the job did not end within {JOB_TIMEOUT_S} s:\n{res.stdout}"
-        time.sleep(2)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            state = json.load(answer)["status"]
+        if state in ("SUCCEEDED", "FAILED", "STOPPED"):
+            break
+        assert time.monotonic() < deadline, f"the job did not end within {JOB_TIMEOUT_S} s: {state}"
+        time.sleep(1)
+    res = detrun("status", run, "--runs-root", runs, env=env)
+    assert res.returncode == 0, res.stderr
+    assert f": {state}" in res.stdout, res.stdout
+    return res.stdout
 
 
 def _submit(address: str, runs: str, run: str, env: dict, *extra: str):
@@ -64,11 +73,11 @@ def _submit(address: str, runs: str, run: str, env: dict, *extra: str):
 
 def test_a_job_runs_on_the_cluster_and_status_logs_compare_read_it(head, tmp_path):
     runs, env = str(tmp_path / "runs"), _env()
-    res = _submit(head.address, runs, "jobs1", env)
+    res = _submit(head.address, runs, "jobs1", env, "--set", "repeats_per_task=2")  # one task, not two in turn
     assert res.returncode == 0, res.stderr
     assert f"submitted job detrun-jobs1 for run jobs1 to {head.address}" in res.stdout
 
-    status = _finished_job("jobs1", runs, env)
+    status = _finished_job("jobs1", runs, env, head)
     logs = detrun("logs", "jobs1", "--runs-root", runs, env=env)
     assert f"job detrun-jobs1 at {head.address}: SUCCEEDED" in status, logs.stdout[-3000:]
     assert "run jobs1: complete, gpus=1, shards missing: 0" in status
@@ -99,7 +108,7 @@ def test_token_auth_refuses_a_wrong_or_missing_token_in_one_line(token_head, tmp
     env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token_head.token)
     res = _submit(token_head.address, runs, "tok", env, "--set", "repeats=1")
     assert res.returncode == 0, res.stderr
-    status = _finished_job("tok", runs, env)
+    status = _finished_job("tok", runs, env, token_head, token_head.token)
     assert f"job detrun-tok at {token_head.address}: SUCCEEDED" in status and "run tok: complete" in status
     res = detrun("status", "tok", "--runs-root", runs, env=refused["requires authentication"])
     assert res.returncode == 2 and "requires authentication" in res.stderr

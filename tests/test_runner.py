@@ -2,6 +2,7 @@
 
 import json
 import os
+import types
 
 import pytest
 from typer.testing import CliRunner
@@ -11,10 +12,10 @@ from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
 from detrun.record.rows import SCHEMA
 from detrun.run import runner
-from detrun.spec.matrix import expected_keys
+from detrun.spec.matrix import expected_keys, shard_keys, shards
 from detrun.spec.model import spec_from_dict
 from detrun.store.runs import RunStore
-from tests.helpers import OK_ROW, ROW_IDENTITY, job_file, not_plain, run_inline, small
+from tests.helpers import OK_ROW, ROW_IDENTITY, job_file, local_ray, not_plain, run_inline, small
 
 FLAG = "SGLANG_FLASHINFER_USE_PAGED"
 
@@ -45,10 +46,27 @@ def test_flag_reaches_task_only_through_runtime_env(ray_2gpu):
     assert ray_2gpu.get(bare.remote()) is None
 
 
-def test_submit_on_two_gpu_slots_runs_a_fresh_worker_per_task_with_the_flag(ray_2gpu, store):
-    slots = runner.connect(gpus=2)
+@pytest.fixture(scope="module")
+def two_slots(tmp_path_factory):
+    """One run of 2 repeats on both GPU slots, shared by the tests that only read it; `received`: the rows
+    as the driver got them from each task (after ray.get, before they are written to Parquet, which would
+    turn a torch type into a plain one)."""
+    local_ray()
+    store = RunStore(str(tmp_path_factory.mktemp("two_slots") / "runs"))
+    received, write = {}, store.write_rows
+
+    def keep(run_id, shard, rows):
+        received[shard] = rows
+        return write(run_id, shard, rows)
+
+    store.write_rows = keep
     spec = spec_from_dict(small(modes=["eager"], repeats=2))
-    result = runner.submit(spec, store, slots)
+    result = runner.submit(spec, store, runner.connect(gpus=2))
+    return types.SimpleNamespace(spec=spec, store=store, result=result, received=received)
+
+
+def test_submit_on_two_gpu_slots_runs_a_fresh_worker_per_task_with_the_flag(two_slots):
+    store, result = two_slots.store, two_slots.result
     assert not result.failures and result.notes == []  # backend reference: no auto note
     rows = store.read_rows([result.run_id]).to_pylist()
     assert {r["slot"] for r in rows} == {0, 1}
@@ -61,22 +79,14 @@ def test_submit_on_two_gpu_slots_runs_a_fresh_worker_per_task_with_the_flag(ray_
     assert store.manifest(result.run_id)["status"] == "complete"
 
 
-def test_rows_reach_the_driver_as_plain_values_with_the_schemas_keys(ray_2gpu, store, monkeypatch):
-    """The rows as the driver receives them from a task (after ray.get, before they are written to Parquet,
-    which would turn a torch type into a plain one): plain values, the schema's columns, the shard's keys."""
-    received = {}
-    write = store.write_rows
-
-    def keep(run_id, shard, rows):
-        received[shard] = rows
-        return write(run_id, shard, rows)
-
-    monkeypatch.setattr(store, "write_rows", keep)
-    spec = spec_from_dict(small(modes=["eager"], repeats=1))
-    result = runner.submit(spec, store, runner.connect(gpus=1), run_id="plain")
-    assert not result.failures and sorted(received) == ["g0-r0-0"]
-    rows = received["g0-r0-0"]
-    assert sorted(r["key"] for r in rows) == sorted(expected_keys(spec, 1))
+def test_rows_reach_the_driver_as_plain_values_with_the_schemas_keys(two_slots):
+    """The rows each task handed the driver: plain values, the schema's columns, the shard's keys."""
+    spec, received = two_slots.spec, two_slots.received
+    assert not two_slots.result.failures and sorted(received) == sorted(s.shard_id for s in shards(spec, 2))
+    for shard in shards(spec, 2):
+        assert sorted(r["key"] for r in received[shard.shard_id]) == sorted(shard_keys(spec, shard))
+    rows = [r for shard_rows in received.values() for r in shard_rows]
+    assert sorted(r["key"] for r in rows) == sorted(expected_keys(spec, 2))
     assert all(ROW_IDENTITY | OK_ROW | {"node_id"} <= set(r) <= set(SCHEMA.names) for r in rows)
     assert {r["status"] for r in rows} == {"ok"}
     assert [bad for r in rows for bad in not_plain(r)] == []
@@ -86,14 +96,25 @@ def _job(tmp_path, **overrides):
     return job_file(tmp_path, modes=["eager"], repeats=2, **overrides)
 
 
-def test_cli_submit_passes_and_stores_parquet(ray_2gpu, tmp_path):
-    out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--runs-root", str(tmp_path / "runs")])
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """`detrun submit` (in process) of 2 repeats on one GPU slot, shared by the tests that only read it:
+    (the CLI's result, the job's folder, the runs root)."""
+    local_ray()
+    folder = tmp_path_factory.mktemp("cli_run")
+    root = folder / "runs"
+    out = CliRunner().invoke(app, ["submit", _job(folder), "--runs-root", str(root), "--gpus", "1"])
+    return out, folder, root
+
+
+def test_cli_submit_passes_and_stores_parquet(cli_run):
+    out, _, root = cli_run
     assert out.exit_code == 0, out.output
     assert "REPRODUCIBLE" in out.output
-    blobs, run_dir = sorted((tmp_path / "runs").iterdir())  # the shared blobs beside the run
+    blobs, run_dir = sorted(root.iterdir())  # the shared blobs beside the run
     assert blobs.name == "blobs" and list(blobs.glob("*/*.bin")) and not (run_dir / "blobs").exists()
     assert list((run_dir / "rows").glob("part-*.parquet"))
-    again = CliRunner().invoke(app, ["compare", run_dir.name, "--runs-root", str(tmp_path / "runs")])
+    again = CliRunner().invoke(app, ["compare", run_dir.name, "--runs-root", str(root)])
     assert again.exit_code == 0
 
 
@@ -110,9 +131,9 @@ def test_cli_too_many_gpus_exits_2(ray_2gpu, tmp_path):
     assert "has 2 alive GPU(s)" in out.output
 
 
-def test_timings_stored_per_shard_and_printed(ray_2gpu, tmp_path):
-    root = str(tmp_path / "runs")
-    out = CliRunner().invoke(app, ["submit", _job(tmp_path), "--runs-root", root, "--gpus", "1"])
+def test_timings_stored_per_shard_and_printed(cli_run):
+    out, _, root = cli_run
+    root = str(root)
     assert out.exit_code == 0, out.output
     store = RunStore(root)
     (run_id,) = store.list_runs()

@@ -2,6 +2,7 @@
 line, and a plan waiting for the last plan's copies (not for the running kernel)."""
 
 import time
+import types
 
 import pytest
 import torch
@@ -13,14 +14,17 @@ from detrun.stages import KERNEL_ROW, Stages, breakdown, process_started_unix
 from tests.helpers import small
 
 
-def test_stages_accumulate_seconds_and_counts():
+def test_stages_accumulate_seconds_and_counts(monkeypatch):
+    clock = types.SimpleNamespace(now=50.0)
+    monkeypatch.setattr("detrun.stages.time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     st = Stages()
     for _ in range(3):
+        clock.now += 7.0  # outside the stage: not counted
         with st("plan"):
-            time.sleep(0.01)
+            clock.now += 0.25
     st.add("kernel", 0.5)
     d = st.as_dict()
-    assert d["plan"]["n"] == 3 and 0.03 <= d["plan"]["s"] < 0.5
+    assert d["plan"] == {"s": 0.75, "n": 3}  # only the time inside the blocks
     assert d["kernel"] == {"s": 0.5, "n": 1}
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -57,27 +57,38 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dic
     System failures (worker crash, node death) are retried once; exceptions never are, so a
     failing or mismatching kernel is not re-run until it happens to pass.
     """
-    return _run(spec_data, shard, run_id, context=context)
+    runner, timings = _start(spec_data, shard, run_id, context)
+    from .worker import finish_shard  # imported by _start, inside its timing
+
+    return finish_shard(runner, None, True, timings)
+
+
+CELL_STARTED = "cell started"  # an isolated worker's first yield: its backend is built, its cell runs next
 
 
 @ray.remote(num_gpus=1, max_retries=0)
-def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None) -> TaskResult:
-    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result
-    (the driver cancels it after isolation.cell_timeout_s and the grace, so it knows a hang for one)."""
-    return _run(spec_data, item.shard, run_id, [item.cell], item.force, watchdog=False, context=context)
+def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[dict] = None):
+    """One cell alone in a sacrificial worker (isolation.py): never retried; a crash or hang is its result.
+    Yields CELL_STARTED, then the result: the driver times the cell from the first yield, so a worker
+    that is slow to start is never taken for a hung cell, and a crash is known from its process's end."""
+    runner, timings = _start(spec_data, item.shard, run_id, context, item.force)
+    from .worker import finish_shard
+
+    yield CELL_STARTED
+    yield finish_shard(runner, [item.cell], False, timings)
 
 
-def _run(spec_data: dict, shard: Shard, run_id: str, cells=None, force: bool = False,
-         watchdog: bool = True, context: Optional[dict] = None) -> TaskResult:
-    """context: the driver's settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
+def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None, force: bool = False):
+    """A task's runner, ready for its first cell, and the task's own timings so far. context: the driver's
+    settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
     entered, start = time.time(), time.perf_counter()
-    from .worker import run_shard  # torch and detrun: the task's first imports
+    from .worker import start_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
     faults.at_task_start()  # tests' injected crash or sleep (faults.py); nothing unless they set it
     context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
-    return run_shard(spec_data, shard, run_id, context,
-                     {"task_entered_unix": entered, "import_s": imported}, cells, force, watchdog)
+    return start_shard(spec_data, shard, run_id, context, force), {"task_entered_unix": entered,
+                                                                   "import_s": imported}
 
 
 def local_gpu_count() -> int:
@@ -203,7 +214,10 @@ class _ShardRun:
         self.queues: Dict[int, Deque[Union[Shard, Isolated]]] = {b: deque() for b in range(bundles)}
         for shard in todo:  # a fresh run maps slot i to bundle i; a resume may fold slots together
             self.queues[slots.index(shard.slot) % bundles].append(shard)
-        self.pending: Dict[ray.ObjectRef, Tuple[Union[Shard, Isolated], int, float]] = {}
+        # a shard's ObjectRef or an isolated cell's ObjectRefGenerator: (item, bundle, submitted monotonic)
+        self.pending: Dict[Any, Tuple[Union[Shard, Isolated], int, float]] = {}
+        self.cell_began: Dict[Any, float] = {}  # isolated cells whose worker yielded CELL_STARTED: when
+        self.cell_out: Dict[Any, ray.ObjectRef] = {}  # an isolated worker's first yield, if not CELL_STARTED
         self.books: Dict[str, ShardBook] = {}  # shards waiting for their isolated cells
         self.failed: set = set()  # shard ids given up (their isolated cells still running are dropped)
         self.bugs = BugSamples(spec.isolation.samples)
@@ -256,7 +270,10 @@ class _ShardRun:
         while self.pending:
             done, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
             for ref in done:
-                item, bundle, started = self.pending.pop(ref)
+                item, bundle, _ = self.pending[ref]
+                if isinstance(item, Isolated) and self._cell_began(ref):
+                    continue  # its worker reached the cell: the cell timeout counts from now
+                del self.pending[ref]
                 if isinstance(item, Isolated):
                     self._collect_cell(ref, item)
                 else:
@@ -343,10 +360,28 @@ class _ShardRun:
         log.warning("shard %s: %d cell(s) run alone in isolated workers (%s: %s)", shard.shard_id, len(items),
                     items[0].kind, items[0].reason)
 
-    def _collect_cell(self, ref: ray.ObjectRef, item: Isolated) -> None:
-        blobs, timings = {}, None
+    def _cell_began(self, gen) -> bool:
+        """Whether an isolated worker's event is its first yield, CELL_STARTED (else it is its result, or
+        the error that ended its process)."""
+        if gen in self.cell_began:
+            return False
+        first = next(gen)
         try:
-            out: TaskResult = ray.get(ref)
+            began = ray.get(first) == CELL_STARTED
+        except ray.exceptions.RayError:
+            began = False
+        if began:
+            self.cell_began[gen] = time.monotonic()
+        else:
+            self.cell_out[gen] = first
+        return began
+
+    def _collect_cell(self, gen, item: Isolated) -> None:
+        blobs, timings = {}, None
+        self.cell_began.pop(gen, None)
+        ref = self.cell_out.pop(gen, None)
+        try:
+            out = ray.get(next(gen) if ref is None else ref)
             rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
         except ray.exceptions.RayError as exc:
             rows = lost_rows(self.spec, self.run_id, item,
@@ -384,6 +419,8 @@ class _ShardRun:
     def _drop(self, ref: ray.ObjectRef, reason: str, rest: str) -> None:
         """Cancel a pending task and fail it; its bundle's queue is not run (its GPU may be gone)."""
         item, bundle, _ = self.pending.pop(ref)
+        self.cell_began.pop(ref, None)
+        self.cell_out.pop(ref, None)
         ray.cancel(ref, force=True)
         shard = _shard_of(item)
         self._fail(shard, reason)
@@ -391,19 +428,29 @@ class _ShardRun:
             self._fail(_shard_of(self.queues[bundle].popleft()), f"not run: {rest} on {shard.shard_id}")
 
     def _expire(self) -> None:
-        """Cancel tasks past their time: --task-timeout for shards, the cell timeout (and grace) for
-        isolated cells (whose rows then say they hung)."""
+        """Cancel tasks past their time: --task-timeout for shards; for an isolated cell, the cell timeout
+        from the cell's start (its rows then say it hung), or the grace beyond it for reaching the cell."""
         now, limit = time.monotonic(), self.options.task_timeout
-        cell_limit = self.spec.isolation.cell_timeout_s + self.settings.isolation_grace_s
-        for ref, (item, bundle, started) in list(self.pending.items()):
-            if isinstance(item, Isolated) and now - started > cell_limit:
-                self.pending.pop(ref)
-                ray.cancel(ref, force=True)
-                self._settled(item, lost_rows(self.spec, self.run_id, item, f"hung: no result after {cell_limit:g} s "
-                                              "(cell timeout and worker start), its worker was ended"))
-                self._launch(bundle)
-            elif limit and not isinstance(item, Isolated) and now - started > limit:
+        cell_s = self.spec.isolation.cell_timeout_s
+        reach_s = cell_s + self.settings.isolation_grace_s
+        for ref, (item, bundle, submitted) in list(self.pending.items()):
+            began = self.cell_began.get(ref)
+            if isinstance(item, Isolated) and began is not None and now - began > cell_s:
+                self._end_cell(ref, item, bundle, f"hung: no result {cell_s:g} s after its cell started, "
+                               "its worker was ended")
+            elif isinstance(item, Isolated) and began is None and now - submitted > reach_s:
+                self._end_cell(ref, item, bundle, f"its worker did not reach the cell within {reach_s:g} s "
+                               "(worker start, imports, backend), it was ended")
+            elif limit and not isinstance(item, Isolated) and now - submitted > limit:
                 self._drop(ref, f"timed out after {limit:g} s (cancelled)", "its GPU timed out")
+
+    def _end_cell(self, gen, item: Isolated, bundle: int, what: str) -> None:
+        """Cancel an isolated cell's worker; its rows say what (lost_rows)."""
+        self.pending.pop(gen)
+        self.cell_began.pop(gen, None)
+        ray.cancel(gen, force=True)
+        self._settled(item, lost_rows(self.spec, self.run_id, item, what))
+        self._launch(bundle)
 
     def _give_up_lost_bundles(self, pg) -> None:
         """A node died and Ray found no GPU to re-place its bundle: fail its shards instead of waiting forever."""

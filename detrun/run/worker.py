@@ -1,6 +1,6 @@
 """What one task does on its GPU: build the backend once, run its cells, digest on the device.
 
-Knows nothing of Ray scheduling; runner.py wraps run_shard in a Ray task.
+Knows nothing of Ray scheduling; runner.py wraps start_shard and finish_shard in a Ray task.
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ class ShardRunner:
     """Runs one shard's cells and collects rows and first-seen tensor bytes."""
 
     def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
+        self.created = time.perf_counter()  # the task's run_s counts from here
         self.spec, self.shard, self.run_id = spec, shard, run_id
         self.stages = Stages()
         context = dict(context or {})
@@ -396,12 +397,10 @@ class ShardRunner:
                           environment_error="", timings={"stages": self.stages.as_dict()})
 
 
-def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
-              timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
-              watchdog: bool = False) -> TaskResult:
-    """Run one shard (or some of its cells; force: known-bug cells too, as an isolated worker does);
-    the result's timings say where the task's seconds went (see stages.py)."""
-    start = time.perf_counter()
+def start_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
+                force: bool = False) -> ShardRunner:
+    """A task's runner with its backend built: what a task does before its first cell (force: known-bug
+    cells run too, as in an isolated worker)."""
     debug = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
     if debug:
         faulthandler.dump_traceback_later(float(debug), repeat=True)
@@ -409,9 +408,23 @@ def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict
     runner.force = force
     if runner.backend is not None:
         runner.backend.force_known_bugs = force or runner.spec.isolation.known_bugs == "inline"
+    return runner
+
+
+def finish_shard(runner: ShardRunner, cells: Optional[List[Cell]] = None, watchdog: bool = False,
+                 timings: Optional[dict] = None) -> TaskResult:
+    """Run the shard's cells (or only `cells`) on a started runner; the result's timings say where the
+    task's seconds went (see stages.py)."""
     result = runner.run(cells, watchdog)
     runner.jit.save()  # the modules it compiled, for the next machine
     result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
                              memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
-                             run_s=time.perf_counter() - start, returned_unix=time.time())
+                             run_s=time.perf_counter() - runner.created, returned_unix=time.time())
     return result
+
+
+def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
+              timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
+              watchdog: bool = False) -> TaskResult:
+    """Run one shard (or some of its cells): start_shard, then finish_shard."""
+    return finish_shard(start_shard(spec_data, shard, run_id, context, force), cells, watchdog, timings)
