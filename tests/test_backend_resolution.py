@@ -4,6 +4,7 @@ import sys
 
 import pytest
 
+from detrun.kernels import envinfo
 from detrun.kernels.backends.base import BackendUnavailable
 from detrun.run import worker
 from detrun.run.worker import resolve_backend, run_shard
@@ -93,7 +94,7 @@ def _sglang_spec(version="0.5.23"):
 @pytest.mark.parametrize("installed, found", [("0.5.22", "SGLang 0.5.22 is installed"),
                                               ("", "no SGLang is installed")])
 def test_backend_sglang_with_another_or_no_sglang_is_an_environment_mismatch(monkeypatch, installed, found):
-    monkeypatch.setattr(worker, "installed_sglang", lambda: installed)
+    monkeypatch.setattr(envinfo, "installed_sglang", lambda: installed)
     from detrun.kernels.backends.base import EnvironmentMismatch
 
     with pytest.raises(EnvironmentMismatch) as err:
@@ -102,7 +103,7 @@ def test_backend_sglang_with_another_or_no_sglang_is_an_environment_mismatch(mon
 
 
 def test_backend_sglang_with_its_sglang_but_no_cuda_is_unavailable(monkeypatch):
-    monkeypatch.setattr(worker, "installed_sglang", lambda: "0.5.23")
+    monkeypatch.setattr(envinfo, "installed_sglang", lambda: "0.5.23")
     with pytest.raises(BackendUnavailable, match="^backend sglang: the task has no CUDA device$"):
         resolve_backend(_sglang_spec(), has_cuda=False)
 
@@ -120,7 +121,7 @@ def test_another_sglang_in_the_task_stops_the_run_with_exit_2_and_no_rows(monkey
     from detrun.errors import DetrunError
     from tests.helpers import run_inline
 
-    monkeypatch.setattr(worker, "installed_sglang", lambda: "0.5.22")
+    monkeypatch.setattr(envinfo, "installed_sglang", lambda: "0.5.22")
     with pytest.raises(DetrunError, match="SGLang 0.5.22 is installed") as err:
         run_inline(store, small(backend="sglang", sglang={"version": "0.5.23"}), "wrong-sglang")
     assert type(err.value) is DetrunError

@@ -20,7 +20,7 @@ if not os.environ.get("CI") and importlib.util.find_spec("sglang") is None:  # f
     # kernels must load after the backend set TRITON_INTERPRET
 
 from detrun.judge.wiring import wiring_problems  # noqa: E402
-from detrun.kernels.backends import sglang as sglang_backend  # noqa: E402
+from detrun.kernels import envinfo  # noqa: E402
 from detrun.kernels.backends.base import SGLangVersionMismatch  # noqa: E402
 from detrun.kernels.backends.sglang import SGLangBackend  # noqa: E402
 from detrun.kernels.inputs import build_batch  # noqa: E402
@@ -186,8 +186,10 @@ def test_negative_control_one_wrapper_planned_and_another_run_fails_the_audit(ma
 
 
 def test_a_different_installed_sglang_is_an_environment_error(make, monkeypatch):
-    monkeypatch.setattr(sglang_backend, "installed_version", lambda: "0.5.22")
-    with pytest.raises(SGLangVersionMismatch, match=r"expects SGLang 0\.5\.23, this task has SGLang 0\.5\.22"):
+    monkeypatch.setattr(envinfo, "installed_sglang", lambda: "0.5.22")
+    expected = (r"^backend sglang: the job names SGLang 0\.5\.23 but SGLang 0\.5\.22 is installed in the task's "
+                r"environment$")
+    with pytest.raises(SGLangVersionMismatch, match=expected):
         make(False, False)
 
 

@@ -14,11 +14,30 @@ import torch
 from ..record.fingerprint import fingerprint_of
 
 
-def _version(dist: str) -> str:
+def installed_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return ""
+
+
+def installed_sglang() -> str:
+    """The installed SGLang's version ("" when none), read without importing it (the import takes 20-30 s)."""
+    return installed_version("sglang")
+
+
+def check_sglang(spec) -> str:
+    """The installed SGLang's version when it is the one the job names; else SGLangVersionMismatch (an
+    environment error: exit 2). The task checks it before anything else; backend sglang again when built."""
+    from .backends.base import SGLangVersionMismatch
+
+    want = spec.sglang.version if spec.sglang is not None else "?"
+    have = installed_sglang()
+    if have != want:
+        found = f"SGLang {have} is installed" if have else "no SGLang is installed"
+        raise SGLangVersionMismatch(f"backend sglang: the job names SGLang {want} but {found} in the task's "
+                                    "environment")
+    return have
 
 
 def _driver() -> str:
@@ -39,8 +58,8 @@ def environment(device: torch.device, flags: Dict[str, str], sglang: str = "") -
         "host": socket.gethostname(),
         "python": platform.python_version(),
         "torch": str(torch.__version__),  # a TorchVersion would make the driver import torch
-        "flashinfer": _version("flashinfer-python"),
-        "ray": _version("ray"),
+        "flashinfer": installed_version("flashinfer-python"),
+        "ray": installed_version("ray"),
         "cuda": torch.version.cuda or "",
         "flags": json.dumps(flags, sort_keys=True),
     }

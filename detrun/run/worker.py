@@ -19,6 +19,7 @@ import torch
 
 from ..envflags import TaskFlags
 from ..errors import first_line
+from ..kernels import envinfo
 from ..kernels.backends.base import (
     AttentionBackend,
     BackendUnavailable,
@@ -28,7 +29,6 @@ from ..kernels.backends.base import (
     Unsupported,
 )
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
-from ..kernels.envinfo import environment
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
 from ..record.keys import row_key
 from ..record.status import Status
@@ -59,27 +59,6 @@ def import_flashinfer(stages: Optional[Stages] = None) -> None:
         import flashinfer  # noqa: F401
 
 
-def installed_sglang() -> str:
-    """The installed SGLang's version ("" when none), read without importing it (the import takes 20-30 s)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def check_sglang(spec: JobSpec) -> str:
-    """The installed SGLang's version when it is the one the job names; else EnvironmentMismatch (exit 2)."""
-    want = spec.sglang.version if spec.sglang is not None else "?"
-    have = installed_sglang()
-    if have != want:
-        found = f"SGLang {have} is installed" if have else "no SGLang is installed"
-        raise EnvironmentMismatch(f"backend sglang: the job names SGLang {want} but {found} in the task's "
-                                  "environment")
-    return have
-
-
 def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
     """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
     flashinfer, which must import (load): never a silent fallback. sglang needs CUDA, flashinfer and the SGLang
@@ -88,7 +67,7 @@ def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = im
     if asked == "reference":
         return "reference", ""
     if asked == "sglang":  # the environment first: another SGLang is exit 2 wherever the task runs
-        check_sglang(spec)
+        envinfo.check_sglang(spec)
     if not has_cuda:
         if asked == "auto":
             return "reference", "backend auto -> reference (no CUDA device in the task)"
@@ -179,8 +158,8 @@ class ShardRunner:
                 except EnvironmentMismatch as exc:
                     self.environment_error = self.poisoned = str(exc)
         with self.stages("environment"):
-            env = environment(self.device, self.flags.flags,
-                              sglang=installed_sglang() if spec.backend == "sglang" else "")
+            env = envinfo.environment(self.device, self.flags.flags,
+                                      sglang=envinfo.installed_sglang() if spec.backend == "sglang" else "")
         # use_paged: the flag as the backend read it (backend sglang: as SGLang read it, FB:453)
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
                            backend=self.backend_name,

@@ -28,6 +28,7 @@ from ...record.paths import path_of
 from ...spec.model import JobSpec
 from ...spec.sglang import FULL_PREFILL_GRAPH_0523, WORKSPACE_FLAG
 from ...stages import Stages
+from ..envinfo import check_sglang
 from ..inputs import Batch
 from . import sglang_stubs
 from .base import (
@@ -35,7 +36,6 @@ from .base import (
     BackendUnavailable,
     KernelTime,
     Output,
-    SGLangVersionMismatch,
     Unsupported,
     capture,
     kernel_timed,
@@ -58,17 +58,6 @@ def inject_wiring_fault(sgl: Any) -> None:
     meta: Any = getattr(sgl, "forward_metadata", None)
     if os.environ.get(WIRING_FAULT) == "flip-ragged" and getattr(meta, "use_ragged", False):
         meta.use_ragged = False
-
-
-def installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        import sglang
-
-        return str(getattr(sglang, "__version__", "?"))
 
 
 def _fresh_process_state() -> None:
@@ -123,10 +112,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
             raise BackendUnavailable("backend sglang: the job names no SGLang (sglang: {version: ...})")
         prepare_import(device)
         sglang_stubs.install()
-        have = installed_version()
-        if have != spec.sglang.version:
-            raise SGLangVersionMismatch(f"backend sglang: the job expects SGLang {spec.sglang.version}, "
-                                        f"this task has SGLang {have}")
+        check_sglang(spec)
         from sglang.srt.dllm.config import DllmConfig
         from sglang.srt.layers.attention import flashinfer_backend as fb_module
 
