@@ -67,6 +67,13 @@ def tensor_core_flag(raw: Optional[str]) -> Optional[bool]:
     return None if raw is None else str(raw).lower() == "true"
 
 
+def use_paged_of(environ: Mapping[str, str]) -> bool:
+    """SGLANG_FLASHINFER_USE_PAGED in an environment (a task's, or a row's recorded flags), as SGLang reads it
+    (unset: False; a value SGLang would misread raises ValueError naming it)."""
+    raw = environ.get(USE_PAGED_FLAG)
+    return raw is not None and parse_bool(USE_PAGED_FLAG, raw)
+
+
 @dataclass(frozen=True)
 class TaskFlags:
     """A task's flags, parsed once from its environment (Ray's runtime_env set the spec's `env:` there): the
@@ -82,9 +89,8 @@ class TaskFlags:
     def parse(cls, environ: Mapping[str, str], names: Iterable[str] = ()) -> "TaskFlags":
         """From a task's environment; names: the spec's own flags, recorded with every boolean flag that is set.
         A bad value raises ValueError naming it."""
-        raw = environ.get(USE_PAGED_FLAG)
         return cls(
-            use_paged=raw is not None and parse_bool(USE_PAGED_FLAG, raw),
+            use_paged=use_paged_of(environ),
             tensor_core=tensor_core_flag(environ.get(TENSOR_CORE_FLAG)),
             digest_depth=digest_depth(environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH)),
             digest_low_stream=digest_stream(environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)),

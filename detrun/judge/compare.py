@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..envflags import USE_PAGED_FLAG, parse_bool
+from ..envflags import USE_PAGED_FLAG, use_paged_of
 from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..record.keys import key_parts, row_key
 from ..record.manifest import Manifest
@@ -472,9 +472,8 @@ def _unknown_plans(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
 
 def _flag(flags_json: str) -> bool:
     """SGLANG_FLASHINFER_USE_PAGED as the task's environment had it (a row's flags), read as SGLang reads it."""
-    raw = json.loads(flags_json or "{}").get(USE_PAGED_FLAG)
     try:
-        return raw is not None and parse_bool(USE_PAGED_FLAG, raw)
+        return use_paged_of(json.loads(flags_json or "{}"))
     except ValueError:
         return False  # SGLang warns and reads False (a spec refuses such a value before anything runs)
 

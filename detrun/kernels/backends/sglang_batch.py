@@ -79,13 +79,6 @@ class Step:
     def tokens(self) -> int:
         return sum(self.new_lens)
 
-    @property
-    def bounds(self) -> List[int]:
-        """Row bounds per request in this forward's output."""
-        out = [0]
-        for n in self.new_lens:
-            out.append(out[-1] + n)
-        return out
 
 
 def slot_of(page: int, offset: int, page_size: int) -> int:
