@@ -1,11 +1,13 @@
 """History per job: a case is compared only with earlier runs of the same job, and the first run where it
 differs is named; damaged runs are listed and the rest still shown."""
 
+import json
+
 from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.judge.history import history, job_of
-from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
+from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
 # two jobs that share case `alone` and request `target`, with different lengths
 OTHER = dict(name="other", requests={"target": {"qo_len": 33}}, cases={"alone": ["target"]}, repeats=2,
@@ -68,3 +70,58 @@ def test_history_names_first_differing_run(store):
     assert [str(d) for d in hist.drifts] == [
         f"{hist.runs[0].job} alone/target/eager [{hist.runs[0].fingerprints[0]}]: first differs at run 3 "
         "(night-3), against run 1 (night-1)"]
+
+
+def _versioned(store, run_id: str, version: str, broken: bool = False, **row) -> str:
+    """A run of small(**TINY) whose rows say they ran in the versions: environment `version` (and row's fields);
+    broken: one output flipped by one ULP (its batch claim breaks)."""
+    run_inline(store, small(**TINY), run_id)
+    rewrite_rows(store, run_id, lambda r: r.update(version=version, **row))
+    if broken:
+        flip_one_ulp(store, run_id, is_alone_target)
+    return run_id
+
+
+def test_known_good_broken_fixed_in_version_order_not_time(store, tmp_path):
+    # run in this order (time), each a version: 0.5.13 holds, 0.5.10 holds, 0.5.12 and 0.5.11 break, 0.5.14 holds
+    for run, version, broken in (("r1", "0.5.13", False), ("r2", "0.5.10", False), ("r3", "0.5.12", True),
+                                 ("r4", "0.5.11", True), ("r5", "0.5.14", False)):
+        _versioned(store, run, f"sglang=={version}", broken)
+    hist = history(store)
+    assert [r.version for r in hist.runs] == ["sglang==0.5.13", "sglang==0.5.10", "sglang==0.5.12",
+                                              "sglang==0.5.11", "sglang==0.5.14"]
+    assert [r.broken for r in hist.runs] == [[], [], ["batch"], ["batch"], []]
+    (story,) = hist.stories
+    assert [(t.state, t.run_id) for t in story.turns] == [("known good", "r2"), ("broken", "r4"), ("fixed", "r1")]
+    assert str(story) == (f"{story.job} (by version): known good sglang==0.5.10 (run r2) -> broken sglang==0.5.11 "
+                          "(run r4; batch broke) -> fixed sglang==0.5.13 (run r1)")
+    rr = ["--runs-root", str(tmp_path / "runs")]
+    out = CliRunner().invoke(app, ["history", *rr])
+    assert out.exit_code == 0 and "known good -> broken -> fixed, per job: 1" in out.output
+    assert str(story) in out.output
+    doc = json.loads(CliRunner().invoke(app, ["history", *rr, "--format", "json"]).output)
+    assert [s["text"] for s in doc["stories"]] == [str(story)]
+    assert [t["run_id"] for t in doc["stories"][0]["turns"]] == ["r2", "r4", "r1"]
+    assert [r["version"] for r in doc["runs"]][:2] == ["sglang==0.5.13", "sglang==0.5.10"]
+
+
+def test_without_versions_the_story_is_in_time_named_by_the_packages_that_changed(store):
+    _versioned(store, "a", "", flashinfer="0.6.7.post3")
+    _versioned(store, "b", "", True, flashinfer="0.7.2.post1")
+    _versioned(store, "c", "", True, flashinfer="0.7.2.post1")
+    _versioned(store, "d", "", False, flashinfer="0.7.3")
+    _versioned(store, "e", "", True, flashinfer="0.7.4")
+    (story,) = history(store).stories
+    assert story.by == "time"
+    assert [(t.state, t.label, t.run_id) for t in story.turns] == [
+        ("known good", "flashinfer 0.6.7.post3", "a"), ("broken", "flashinfer 0.7.2.post1", "b"),
+        ("fixed", "flashinfer 0.7.3", "d"), ("broken again", "flashinfer 0.7.4", "e")]
+
+
+def test_a_job_that_always_held_has_no_story_and_one_version_unknown_orders_by_time(store):
+    _versioned(store, "a", "sglang==0.5.12")
+    _versioned(store, "b", "sglang==0.5.11")
+    assert history(store).stories == []
+    _versioned(store, "c", "", True)  # no version: the job's runs are told in time
+    (story,) = history(store).stories
+    assert story.by == "time" and [(t.state, t.run_id) for t in story.turns] == [("known good", "b"), ("broken", "c")]

@@ -5,6 +5,11 @@ compared only with earlier runs of the same job (spec name and a hash of what de
 fingerprint: for each (job, case, request, mode, phase, fingerprint) each run's set of digests is compared with
 the earliest run's; the first run whose set differs is named. A run that cannot be read is listed as
 damaged, and the others are still shown.
+
+Per job, the versions each run used (its rows' `version`: the job's versions: environment, and the package
+versions of its fingerprint) and where the job first broke and was later fixed: a Story of turns, "known good
+0.5.10 (run X) -> broken 0.5.11 (run Y) -> fixed 0.5.13 (run Z)", ordered by version where every run's version
+is known, else by time.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+from packaging.version import InvalidVersion, Version
 
 from ..errors import DetrunError
 from ..record.keys import key_mode
@@ -57,6 +63,9 @@ class RunSummary:
     counts: Dict[str, int] = field(default_factory=dict)  # finding kind -> count (fail and warn kinds)
     headline: str = ""  # the verdict line, or why the run cannot be read
     unverified: List[str] = field(default_factory=list)  # what had to be checked and was not (claims, the run)
+    version: str = ""  # the job's versions: environment its rows ran in ("" without versions:)
+    packages: Dict[str, str] = field(default_factory=dict)  # torch, flashinfer, sglang as its rows recorded them
+    broken: List[str] = field(default_factory=list)  # the claims (axes) it broke
 
     @property
     def differs(self) -> int:
@@ -84,9 +93,38 @@ class Drift:
 
 
 @dataclass
+class Turn:
+    """A run where a job's state turned: known good (the last that held before a break), broken, fixed,
+    broken again."""
+
+    state: str
+    label: str  # its version, else the package versions that differ within the job, else its date
+    run_id: str
+    index: int
+    claims: List[str] = field(default_factory=list)  # the claims broken there
+
+    def __str__(self) -> str:
+        claims = f"; {', '.join(self.claims)} broke" if self.claims else ""
+        return f"{self.state} {self.label} (run {self.run_id}{claims})"
+
+
+@dataclass
+class Story:
+    """One job's turns, in version order (by: "version") or in time (by: "time")."""
+
+    job: str
+    by: str
+    turns: List[Turn] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{self.job} (by {self.by}): " + " -> ".join(str(t) for t in self.turns)
+
+
+@dataclass
 class History:
     runs: List[RunSummary] = field(default_factory=list)
     drifts: List[Drift] = field(default_factory=list)
+    stories: List[Story] = field(default_factory=list)
 
 
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
@@ -98,12 +136,69 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
               if any(f.kind == k and f.severity in (FAIL, WARN) for f in verdict.findings)}
+    version, packages = _environment_of(cols)
     return RunSummary(
         index, run_id, manifest.get("created", ""), manifest["spec"]["name"],
         sorted({fingerprints[c] for c in np.unique(cols.codes("fingerprint")).tolist()} - {""}), label,
         job, cols.n, ok, counts, verdict.headline,
         [f.title for f in verdict.findings
-         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")])
+         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")],
+        version, packages, [c.axis for c in verdict.claims if c.status == "broken"])
+
+
+_PACKAGES = ("torch", "flashinfer", "sglang")
+
+
+def _environment_of(cols: Columns) -> Tuple[str, Dict[str, str]]:
+    """(the versions: environment, the package versions) of a run's first ok row (else its first row)."""
+    if not cols.n:
+        return "", {}
+    ok = cols.ok_rows()
+    at = int(ok[0]) if len(ok) else 0
+    row = cols.rows_in_memory(np.array([at]))[at]
+    return row["version"] or "", {p: row[p] for p in _PACKAGES if row[p]}
+
+
+def _version_key(name: str) -> Optional[Tuple[str, Version]]:
+    """("package", Version) of an environment name (package==version, or a bare version); None if not one."""
+    package, _, version = name.rpartition("==")
+    try:
+        return package, Version(version)
+    except InvalidVersion:
+        return None
+
+
+def _labels(runs: List[RunSummary]) -> Dict[str, str]:
+    """run -> what names it in a story: its version, else the package versions that differ among the runs,
+    else its date."""
+    varying = [p for p in _PACKAGES if len({r.packages.get(p, "") for r in runs}) > 1]
+    return {r.run_id: r.version or " ".join(f"{p} {r.packages.get(p, '-')}" for p in varying) or r.created[:19]
+            for r in runs}
+
+
+def story(job: str, runs: List[RunSummary]) -> Optional[Story]:
+    """The job's turns (None when it never turned): runs that passed or failed, ordered by version when every one
+    has a version, else by time (runs come oldest first)."""
+    judged = [r for r in runs if r.verdict in ("pass", "FAIL")]
+    keys = [_version_key(r.version) if r.version else None for r in judged]
+    by = "version" if judged and all(k is not None for k in keys) else "time"
+    if by == "version":
+        judged = [r for _, r in sorted(zip(keys, judged), key=lambda kr: (kr[0], kr[1].index))]
+    labels, turns = _labels(judged), []
+    last_good: Optional[RunSummary] = None
+    broken = False
+    for r in judged:
+        if r.verdict == "pass":
+            if broken:
+                turns.append(Turn("fixed", labels[r.run_id], r.run_id, r.index))
+            last_good, broken = r, False
+        elif not broken:
+            if last_good is not None and not (turns and turns[-1].run_id == last_good.run_id):
+                turns.append(Turn("known good", labels[last_good.run_id], last_good.run_id, last_good.index))
+            state = "broken again" if any(t.state == "fixed" for t in turns) else "broken"
+            turns.append(Turn(state, labels[r.run_id], r.run_id, r.index, list(r.broken)))
+            broken = True
+    return Story(job, by, turns) if turns else None
 
 
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
@@ -196,7 +291,12 @@ def history(store: RunStore) -> History:
     index = {s.run_id: s.index for s in out if s.run_id in summaries}
     good = [r for r in cols.runs if r in summaries]
     kept = cols if len(good) == len(cols.runs) else read_columns(store, good, manifests=manifests)
-    return History(out, _drifts(kept, index, {r: jobs[r] for r in good}))
+    by_job: Dict[str, List[RunSummary]] = {}
+    for s in out:
+        if s.run_id in summaries:
+            by_job.setdefault(s.job, []).append(s)
+    stories = [found for job in sorted(by_job) for found in [story(job, by_job[job])] if found]
+    return History(out, _drifts(kept, index, {r: jobs[r] for r in good}), stories)
 
 
 def history_under(req: RunsRequest) -> History:

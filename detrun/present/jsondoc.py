@@ -45,9 +45,11 @@ def verdict_doc(v: Verdict) -> Dict[str, Any]:
 
 
 def history_doc(hist: History) -> Dict[str, Any]:
-    """Every run's summary (oldest first) and every drift, with the line the text prints for it."""
+    """Every run's summary (oldest first), every drift and every job's story (known good -> broken -> fixed),
+    each with the line the text prints for it."""
     return {"runs": [{**_plain(r), "differs": r.differs} for r in hist.runs],
-            "drifts": [{**_plain(d), "text": str(d)} for d in hist.drifts]}
+            "drifts": [{**_plain(d), "text": str(d)} for d in hist.drifts],
+            "stories": [{**_plain(s), "text": str(s)} for s in hist.stories]}
 
 
 def status_doc(st: Any, job_state: Optional[str]) -> Dict[str, Any]:

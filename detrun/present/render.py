@@ -101,13 +101,15 @@ def print_history(hist: History, console: Console) -> None:
                           f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
             continue
         counts = " ".join(f"{k}={n}" for k, n in r.counts.items())
-        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
+        version = f"  {escape(r.version)}" if r.version else ""
+        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}{version}  "
                       f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
         for line in r.unverified:
             console.print(f"       [bold red]not verified[/]: {escape(line)}", soft_wrap=True)
     _listing(console, "cases whose bits changed (against earlier runs of the same job)",
              [escape(str(d)) for d in hist.drifts], "bold red")
+    _listing(console, "known good -> broken -> fixed, per job", [escape(str(s)) for s in hist.stories], "bold red")
 
 
 def print_timings(rows, wall: float, steady, console: Console) -> None:
