@@ -1,7 +1,7 @@
 """detrun's library face: one function per command, each taking that command's request object (re-exported
 here) and returning a typed result; the CLI (detrun/cli.py) calls only this module and the presenters.
 
-The functions gather the entry points of the parts (run: submit, shrink, status, logs, validate-cluster;
+The functions gather the entry points of the parts (run: submit, shrink, bisect, status, logs, validate-cluster;
 judge: compare, report, history, baseline; store: list, timings) and keep no logic of their own beyond
 putting a command's steps in order. Messages go to the "detrun" logger (detrun/logs.py), never to print.
 No torch or ray at import time: each function imports the part it calls."""
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, List, Optional, Tuple, Union
 
 from .judge.requests import BaselineRequest, ClaimOptions, CompareRequest, ReportRequest
-from .run.requests import ShrinkRequest, SubmitRequest
+from .run.requests import BisectRequest, ShrinkRequest, SubmitRequest
 from .store.requests import RunRequest, RunsRequest, TimingsRequest
 
 if TYPE_CHECKING:
@@ -20,15 +20,18 @@ if TYPE_CHECKING:
     from .judge.history import History
     from .judge.verdict import Verdict
     from .record.manifest import Manifest
+    from .run.bisect import Bisected, Probed
     from .run.shrink import Shrunk, Step
     from .run.submission import Ran, RunStatus, Submitted
 
-__all__ = ["BaselineRequest", "ClaimOptions", "CompareRequest", "ReportRequest", "ShrinkRequest", "SubmitRequest",
-           "RunRequest", "RunsRequest", "TimingsRequest", "submit", "compare", "report", "shrink", "history",
-           "baseline_set", "baseline_show", "list_runs", "timings", "status", "logs", "validate_cluster"]
+__all__ = ["BaselineRequest", "BisectRequest", "ClaimOptions", "CompareRequest", "ReportRequest", "ShrinkRequest",
+           "SubmitRequest", "RunRequest", "RunsRequest", "TimingsRequest", "submit", "compare", "report", "shrink",
+           "bisect", "history", "baseline_set", "baseline_show", "list_runs", "timings", "status", "logs",
+           "validate_cluster"]
 
 _RESULTS = {"Submitted": "run.submission", "Ran": "run.submission", "RunStatus": "run.submission",
-            "Shrunk": "run.shrink", "Step": "run.shrink", "History": "judge.history", "Verdict": "judge.verdict"}
+            "Shrunk": "run.shrink", "Step": "run.shrink", "Bisected": "run.bisect", "Probed": "run.bisect",
+            "History": "judge.history", "Verdict": "judge.verdict"}
 
 
 def __getattr__(name: str):
@@ -92,6 +95,14 @@ def shrink(req: ShrinkRequest, on_step: Optional[Callable[["Step"], None]] = Non
     from .run.shrink import shrink_run
 
     return shrink_run(req, on_step)
+
+
+def bisect(req: BisectRequest, on_probe: Optional[Callable[["Probed"], None]] = None) -> "Bisected":
+    """detrun bisect: the job run at versions of its versions: until the last that held and the first that broke
+    are neighbours; what changed there, and the job pinned to the two written to req.output."""
+    from .run.bisect import bisect_job
+
+    return bisect_job(req, on_probe=on_probe)
 
 
 def history(req: RunsRequest) -> "History":

@@ -96,3 +96,30 @@ def test_versions_resolve_against_the_jobs_names():
     both = ["flashinfer==0.5.11", "sglang==0.5.11"]
     with pytest.raises(DetrunError, match="ambiguous"):
         resolve(["0.5.11"], both)
+
+
+def test_changes_name_the_cells_plans_environment_and_kernels_that_differ(store):
+    from detrun.run.bisect import changes
+    from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
+
+    run_inline(store, small(**TINY), "good")
+    run_inline(store, small(**TINY), "bad")
+    assert changes(store, "good", "bad") == ["0 of 11 cells run at both versions differ in bits"]
+    rewrite_rows(store, "good", lambda r: r.update(kernels=["ref_kernel"]) if is_alone_target(r) else None)
+
+    def newer(r):  # the newer version: another flashinfer everywhere, another path and kernel for one cell
+        r.update(flashinfer="0.7.2.post1")
+        if r["case"] == "mixed":
+            r.update(path="other_path", kernels=["new_kernel"])
+        if r["case"] == "prefix_alone":
+            return False  # a cell the newer version did not run
+    rewrite_rows(store, "bad", newer)
+    key = flip_one_ulp(store, "bad", is_alone_target)["key"]
+    assert changes(store, "good", "bad") == [
+        "1 of 10 cells run at both versions differ in bits",
+        "3 cells: same bits; path: paged vs other_path; flashinfer:  vs 0.7.2.post1 (e.g. mixed/long/eager/r0/g0, "
+        "mixed/short/eager/r0/g0, mixed/target/eager/r0/g0)",
+        f"1 cell: bits differ; flashinfer:  vs 0.7.2.post1 (e.g. {key})",
+        "1 cell ran only in good (e.g. prefix_alone/target_p/eager/r0/g0)",
+        "kernels on path other_path: only after: new_kernel",
+        "kernels on path paged: only before: ref_kernel"]

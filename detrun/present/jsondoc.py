@@ -1,6 +1,7 @@
 """--format json: one JSON document per command, built from the objects the text output prints.
 
 compare -> verdict_doc(Verdict), history -> history_doc(History), status -> status_doc(RunStatus),
+bisect -> bisect_doc(Bisected),
 list -> list_doc((run id, manifest or error) pairs). The schema is in README.md ("--format json").
 """
 
@@ -50,6 +51,15 @@ def history_doc(hist: History) -> Dict[str, Any]:
     return {"runs": [{**_plain(r), "differs": r.differs} for r in hist.runs],
             "drifts": [{**_plain(d), "text": str(d)} for d in hist.drifts],
             "stories": [{**_plain(s), "text": str(s)} for s in hist.stories]}
+
+
+def bisect_doc(found: Any) -> Dict[str, Any]:
+    """detrun bisect (run.bisect.Bisected): every probe, the outcome, the two versions, what changed, the job."""
+    s = found.search
+    return {"job": found.job, "exit_code": int(found.code), "outcome": s.outcome, "versions": list(s.versions),
+            "probes": [{**_plain(p), "state": p.state} for p in s.probes],
+            "last_held": s.good.version if s.good else None, "first_broke": s.bad.version if s.bad else None,
+            "changes": list(found.changes), "written": found.written, "command": found.command or None}
 
 
 def status_doc(st: Any, job_state: Optional[str]) -> Dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The plain lines the CLI prints for submit, status, shrink, list and baseline (the rich output of
+"""The plain lines the CLI prints for submit, status, shrink, bisect, list and baseline (the rich output of
 compare, history and timings is render.py's). Each takes what the library returned; none reads or runs."""
 
 from __future__ import annotations
@@ -65,6 +65,25 @@ def shrunk(found, output) -> List[str]:
         more = f", +{len(others) - 8} more" if len(others) > 8 else ""
         out.append(f"  also differ across batches: {names(others[:8])}{more} (shrink one with --request NAME)")
     return out + [f"wrote {output}: `detrun submit {output}` reproduces it (exit 1)"]
+
+
+def bisect_probe(probe) -> str:
+    """One version run by detrun bisect (run.bisect.Probed): held or broke, its run and verdict."""
+    out = f"{probe.version}: {probe.state} (run {probe.run_id}): {probe.headline}"
+    return out + (f"\n  beside the known-good run: {probe.against}" if probe.against else "")
+
+
+def bisected(found) -> List[str]:
+    """What detrun bisect found (run.bisect.Bisected): the outcome, the two versions, what changed, the job."""
+    s = found.search
+    out = [f"bisect {found.job} over {len(s.versions)} versions, {len(s.probes)} run: {s.outcome}"]
+    if s.good is None or s.bad is None:
+        return out
+    out += [f"  last held:   {s.good.version} (run {s.good.run_id})",
+            f"  first broke: {s.bad.version} (run {s.bad.run_id})"]
+    out += [f"  broke: {line}" for line in s.bad.broken]
+    out += [f"  changed: {line}" for line in found.changes]
+    return out + [f"wrote {found.written}: the job pinned to the two versions; reproduce it with: {found.command}"]
 
 
 def listed(run_id: str, manifest) -> str:

@@ -15,17 +15,25 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import yaml
 
 from ..errors import DetrunError, ExitCode
 from ..judge.compare import explain, plan_differences
 from ..judge.verdict import FAIL, NOT_VERIFIED, Verdict
-from ..store.runs import RunReader
+from ..paths import write_output
+from ..store.manifests import new_run_id
+from ..store.runs import RunReader, RunStore
+from .requests import BisectRequest
+from .submission import claim_flags
 
 log = logging.getLogger(__name__)
+VERSION_AXIS = "version"  # the comparison axis of runs in different versions: environments
 
 
 @dataclass(frozen=True)
@@ -53,8 +61,8 @@ class Probed:
         A verdict that checked nothing (NOT VERIFIED) stops the bisect: it neither held nor broke."""
         for v in (verdict, against):
             if v is not None and v.label == NOT_VERIFIED:
-                raise DetrunError(f"bisect stopped at {version}: run {run_id} is {v.headline} "
-                                  "(each version's claims must be checked to say whether it broke)")
+                raise DetrunError(f"run {run_id} is {v.headline} (each version's claims must be checked to say "
+                                  "whether it broke)")
         failed = [v for v in (verdict, against) if v is not None and v.failed]
         broken = tuple(f.title for v in failed for f in v.findings if f.severity == FAIL)
         return Probed(version, run_id, ExitCode.MISMATCH if failed else ExitCode.OK, verdict.headline, broken,
@@ -111,7 +119,10 @@ def search(versions: Sequence[str], probe: Probe, expect_break: bool = True,
     probes: List[Probed] = []
 
     def run(i: int, good: Optional[Probed]) -> Probed:
-        found = probe(versions[i], good)
+        try:
+            found = probe(versions[i], good)
+        except DetrunError as exc:  # cannot be installed or run: an error naming it, never "broke"
+            raise DetrunError(f"bisect stopped at {versions[i]}: {exc}") from None
         probes.append(found)
         log.debug("bisect: %s %s (run %s)", found.version, found.state, found.run_id)
         if on_probe:
@@ -151,27 +162,30 @@ def _kernels(rows: Dict[str, dict]) -> Dict[str, Set[str]]:
     return out
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell{'s' * (n != 1)}"
+
+
 def changes(store: RunReader, good: str, bad: str, examples: int = 3) -> List[str]:
     """What differs between the two runs' rows of the same cell (key): bits, plan fields, path, environment
     (compare.explain's words, grouped, with a count and the first cells), cells only one run has, and the kernel
     names recorded per path."""
     a, b = _ok_rows(store, good), _ok_rows(store, bad)
-    groups: Dict[Tuple[str, ...], List[str]] = defaultdict(list)
+    groups: Dict[str, List[str]] = defaultdict(list)
     bits = 0
     for key in sorted(set(a) & set(b)):
         x, y = a[key], b[key]
         differs = (x["out_digest"], x["lse_digest"]) != (y["out_digest"], y["lse_digest"])
         bits += differs
         if differs or plan_differences(x, y):
-            why = explain(x, y)
-            groups[(("bits differ; " if differs else "same bits; ") + "; ".join(why),)].append(key)
+            groups[("bits differ; " if differs else "same bits; ") + "; ".join(explain(x, y))].append(key)
     out = [f"{bits} of {len(set(a) & set(b))} cells run at both versions differ in bits"]
-    for (why,), keys in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    for why, keys in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(keys[:examples]) + (f", +{len(keys) - examples} more" if len(keys) > examples else "")
-        out.append(f"{len(keys)} cells: {why} (e.g. {shown})")
+        out.append(f"{_cells(len(keys))}: {why} (e.g. {shown})")
     for name, only in ((good, set(a) - set(b)), (bad, set(b) - set(a))):
         if only:
-            out.append(f"{len(only)} cells ran only in {name} (e.g. {', '.join(sorted(only)[:examples])})")
+            out.append(f"{_cells(len(only))} ran only in {name} (e.g. {', '.join(sorted(only)[:examples])})")
     ka, kb = _kernels(a), _kernels(b)
     for path in sorted(set(ka) | set(kb)):
         gone, new = sorted(ka[path] - kb[path]), sorted(kb[path] - ka[path])
@@ -226,7 +240,6 @@ class Bisected:
     changes: Tuple[str, ...] = ()
     written: Optional[str] = None  # the job pinned to the two versions
     command: str = ""  # the command that runs it
-    probe_jobs: Tuple[str, ...] = field(default_factory=tuple)  # the pinned job each probe submitted
 
     @property
     def code(self) -> ExitCode:
@@ -237,3 +250,65 @@ def output_path(output: str, version: str) -> Path:
     """Where a probe's pinned job is written: beside the output, named for the version."""
     out = Path(output)
     return out.with_name(f"{out.stem}.{file_safe(version)}{out.suffix or '.yaml'}")
+
+
+def _submit_probe(req: BisectRequest, data: dict, store: RunStore, version_axis: bool) -> Probe:
+    """The real probe: the job pinned to the version (written beside the output) submitted as any job is, in
+    that version's runtime_env, and judged by its claims (and beside the known-good run with version_axis)."""
+    from ..judge.baseline import verdict_of
+    from ..spec.versions import pin
+    from . import submission
+    from .requests import SubmitRequest
+
+    checks = req.claims.checks()
+
+    def probe(version: str, good: Optional[Probed]) -> Probed:
+        path = output_path(req.output, version)
+        write_output(path, yaml.safe_dump(pin(data, [version]), sort_keys=False), "-o/--output")
+        run_id = new_run_id(f"{data['name']}-{file_safe(version)}")
+        done = submission.submit(SubmitRequest(str(path), req.gpus, req.address, runs_root=req.runs_root,
+                                               run_id=run_id, claims=req.claims, jit_cache=req.jit_cache,
+                                               verbose=req.verbose))
+        failures = getattr(done, "failures", [])
+        if failures:
+            raise DetrunError(f"run {run_id}: {len(failures)} task(s) failed ({failures[0]}): a version whose "
+                              "tasks fail is not judged")
+        verdict = verdict_of(store, [run_id], checks)
+        against = verdict_of(store, [good.run_id, run_id], checks) if good is not None and version_axis else None
+        return Probed.of(version, run_id, verdict, against)
+
+    return probe
+
+
+def bisect_job(req: BisectRequest, probe: Optional[Probe] = None,
+               on_probe: Optional[Callable[[Probed], None]] = None) -> Bisected:
+    """detrun bisect: every check before the first run; then the search (probe: the real one unless given),
+    and at a located break what changed and the job pinned to the two versions, written to req.output."""
+    from ..spec.model import load_spec
+    from ..spec.versions import environments, pin
+    from .jobs import is_jobs_address
+
+    if is_jobs_address(req.address):
+        raise DetrunError(f"--address {req.address}: bisect waits for each run; give the Ray itself (ray://..., "
+                          "host:port or auto), not its Jobs API")
+    spec = load_spec(req.spec_path, list(req.overrides))
+    known = [env.name for env in environments(spec)]
+    if not known:
+        raise DetrunError(f"{req.spec_path}: the job has no versions: to bisect (e.g. versions: {{sglang: "
+                          "[0.5.11, 0.5.12, 0.5.23]}, or a wheelhouse directory)")
+    versions = resolve(req.versions, known)
+    req.claims.checks()  # a bad --expect before the first run
+    store = RunStore(req.runs_root)
+    store.check_writable("--runs-root")
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    version_axis = VERSION_AXIS in (data.get("expect") or {}) or VERSION_AXIS in dict(
+        item.partition("=")[::2] for item in req.claims.expect)
+    found = search(versions, probe or _submit_probe(req, data, store, version_axis), req.expect_break, on_probe)
+    if found.good is None or found.bad is None:
+        return Bisected(spec.name, found)
+    changed = tuple(changes(store, found.good.run_id, found.bad.run_id))
+    text = yaml.safe_dump(pin(data, [found.good.version, found.bad.version]), sort_keys=False)
+    write_output(req.output, repro_text(text, spec.name, found, changed), "-o/--output")
+    command = " ".join(["detrun submit", shlex.quote(req.output), "--runs-root", shlex.quote(req.runs_root),
+                        *(shlex.quote(a) for a in claim_flags(req.claims))])
+    return Bisected(spec.name, found, changed, req.output, command)

@@ -46,3 +46,21 @@ class ShrinkRequest:
     address: Optional[str] = None  # the Ray the trials run on (local: start one); None: in this process
     request: Optional[str] = None  # the request to follow (default: the first that differs)
     verbose: bool = False  # Ray's own notices on stderr (run/raylog.py)
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """detrun bisect: the job run pinned to one version of its versions: at a time, searched for the first that
+    breaks a claim; the job that reproduces it written to output."""
+
+    spec_path: str
+    versions: Tuple[str, ...] = ()  # the ordered range (names or bare versions); none: the job's own list
+    output: str = "bisected.yaml"  # the job pinned to the last good and first bad versions
+    gpus: str = "all"
+    address: Optional[str] = None  # the Ray the runs use (not a Jobs API: bisect waits for each run)
+    runs_root: str = "runs"
+    overrides: Tuple[str, ...] = ()  # --set KEY.PATH=VALUE, applied to the job before pinning
+    claims: ClaimOptions = ClaimOptions()
+    expect_break: bool = True  # a range whose both endpoints hold is exit 2 (False: exit 0, nothing broke)
+    jit_cache: bool = True
+    verbose: bool = False
