@@ -3,7 +3,10 @@ bracket a break, a version that cannot be installed, a verdict that checked noth
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
 from detrun.errors import DetrunError, ExitCode
 from detrun.run.bisect import Probed, resolve, search
@@ -123,3 +126,99 @@ def test_changes_name_the_cells_plans_environment_and_kernels_that_differ(store)
         "1 cell ran only in good (e.g. prefix_alone/target_p/eager/r0/g0)",
         "kernels on path other_path: only after: new_kernel",
         "kernels on path paged: only before: ref_kernel"]
+
+
+FI = ["0.6.7", "0.7.0", "0.7.1", "0.7.2", "0.7.3"]  # the job's flashinfer versions; 0.7.2 breaks batch
+
+
+def _job(tmp_path, **extra) -> str:
+    from tests.helpers import TINY, small
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(small(**TINY, versions={"flashinfer": FI}, **extra)))
+    return str(path)
+
+
+class StoredProbe:
+    """Each version a real run in the store (inline, rows marked with the version), judged by the real judge;
+    from `breaks` on, one output flipped by one ULP (batch breaks)."""
+
+    def __init__(self, store, breaks="flashinfer==0.7.2"):
+        self.store, self.breaks, self.runs = store, breaks, []
+
+    def __call__(self, version, good):
+        from detrun.judge.baseline import verdict_of
+        from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
+
+        run_id = f"job-{version.replace('==', '-')}"
+        run_inline(self.store, small(**TINY), run_id)
+        rewrite_rows(self.store, run_id, lambda r: r.update(version=version, flashinfer=version.partition("==")[2]))
+        if FI.index(version.partition("==")[2]) >= FI.index(self.breaks.partition("==")[2]):
+            flip_one_ulp(self.store, run_id, is_alone_target)
+        self.runs.append(run_id)
+        return Probed.of(version, run_id, verdict_of(self.store, [run_id]))
+
+
+def test_bisect_job_writes_the_job_pinned_to_the_two_versions(store, tmp_path):
+    from detrun.run.bisect import bisect_job
+    from detrun.run.requests import BisectRequest
+    from detrun.spec.model import load_spec
+    from detrun.spec.versions import environments
+
+    out = tmp_path / "found" / "bisected.yaml"
+    req = BisectRequest(_job(tmp_path), output=str(out), runs_root=str(tmp_path / "runs"))
+    probe = StoredProbe(store)
+    found = bisect_job(req, probe)
+    assert found.code == ExitCode.MISMATCH
+    assert (found.search.good.version, found.search.bad.version) == ("flashinfer==0.7.1", "flashinfer==0.7.2")
+    assert probe.runs[:2] == ["job-flashinfer-0.6.7", "job-flashinfer-0.7.3"]
+    assert found.search.bad.broken and "batch claimed explained" in found.search.bad.broken[0]
+    assert found.changes[0] == "1 of 11 cells run at both versions differ in bits"
+    assert found.changes[1].startswith("1 cell: bits differ; flashinfer: 0.7.1 vs 0.7.2 (e.g. alone/target/")
+    pinned = load_spec(out)
+    assert [e.name for e in environments(pinned)] == ["flashinfer==0.7.1", "flashinfer==0.7.2"]
+    header = out.read_text().splitlines()[:2]
+    assert header[0] == ("# detrun bisect small: held at flashinfer==0.7.1 (run job-flashinfer-0.7.1), broke at "
+                         "flashinfer==0.7.2 (run job-flashinfer-0.7.2).")
+    assert found.command == f"detrun submit {out} --runs-root {tmp_path / 'runs'}"
+
+
+def test_bisect_command_prints_each_version_and_the_break(capsys, store, tmp_path, monkeypatch):
+    from detrun.run import bisect
+    from tests.helpers import cli_main
+
+    monkeypatch.setattr(bisect, "_submit_probe", lambda req, data, store_, axis: StoredProbe(store))
+    out = tmp_path / "b.yaml"
+    rr = ["--runs-root", str(tmp_path / "runs"), "-o", str(out)]
+    code, text, err = cli_main(capsys, "bisect", _job(tmp_path), *rr, "--versions", "0.7.0,0.7.1", "--versions",
+                               "0.7.2")
+    assert code == 1, err
+    lines = text.splitlines()
+    assert lines[0].startswith("flashinfer==0.7.0: held (run job-flashinfer-0.7.0): REPRODUCIBLE (exit 0)")
+    assert lines[1].startswith("flashinfer==0.7.2: broke (run job-flashinfer-0.7.2): DETERMINISM FAILURE (exit 1)")
+    assert lines[2].startswith("flashinfer==0.7.1: held")
+    assert lines[3] == ("bisect small over 3 versions, 3 run: first broke at flashinfer==0.7.2 (run "
+                        "job-flashinfer-0.7.2); last held at flashinfer==0.7.1 (run job-flashinfer-0.7.1)")
+    assert f"wrote {out}: the job pinned to the two versions; reproduce it with: detrun submit {out}" in text
+    # the range does not bracket a break: exit 2, both verdicts shown
+    code, text, _ = cli_main(capsys, "bisect", _job(tmp_path), *rr, "--versions", "0.7.2,0.7.3", "--format", "json")
+    doc = json.loads(text)
+    assert code == 2 and doc["exit_code"] == 2 and "does not bracket a break: both broke" in doc["outcome"]
+    assert [(p["version"], p["state"]) for p in doc["probes"]] == [("flashinfer==0.7.2", "broke"),
+                                                                   ("flashinfer==0.7.3", "broke")]
+    assert doc["written"] is None and doc["last_held"] is None
+
+
+def test_bisect_refuses_bad_input_before_running_anything(capsys, tmp_path):
+    from tests.helpers import TINY, cli_error, small
+
+    rr = ["--runs-root", str(tmp_path / "runs")]
+    code, line = cli_error(capsys, "bisect", _job(tmp_path), *rr, "--versions", "0.9.9,0.7.0")
+    assert code == 2 and line.startswith("detrun: error: --versions 0.9.9: the job's versions are flashinfer==0.6.7")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(small(**TINY)))
+    code, line = cli_error(capsys, "bisect", str(plain), *rr)
+    assert code == 2 and "the job has no versions: to bisect" in line
+    code, line = cli_error(capsys, "bisect", _job(tmp_path), *rr, "--address", "http://head:8265")
+    assert code == 2 and "bisect waits for each run" in line
+    assert not (tmp_path / "runs").exists()
