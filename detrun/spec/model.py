@@ -25,6 +25,7 @@ from ..record.keys import COPY, base_request, copy_name
 from .messages import blamed_override, error_text, kind_of
 from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, apply_profile, reads_use_paged
 from .sweep import Generator, expand
+from .versions import Versions, absolute_wheelhouse
 
 Mode = Literal["eager", "cudagraph"]
 # decode: one new token per request over its whole cache; dllm: SGLang's DLLM_EXTEND (backend: sglang), each
@@ -176,6 +177,8 @@ class JobSpec(_Model):
     # set otherwise (recomputed at each validation, so a stored spec validates to itself).
     sglang: Optional[SGLangProfile] = None
     sglang_overridden: List[str] = Field(default_factory=list)
+    # One package at several versions (versions.py): a run per version, each in a Ray runtime_env of its own
+    versions: Optional[Versions] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -350,7 +353,7 @@ def load_spec(path: Union[str, Path], overrides: Optional[List[str]] = None) -> 
         raise DetrunError(f"{path}: the file is empty (a job spec is a mapping: name, heads, requests, cases, ...)")
 
     def checked(doc: object, sets: Sequence[str] = ()) -> JobSpec:
-        spec = spec_from_dict(doc, str(path), sets)
+        spec = spec_from_dict(absolute_wheelhouse(doc, path.parent), str(path), sets)  # wheelhouse: by the file
         check_size(spec, 1, str(path))
         return spec
 

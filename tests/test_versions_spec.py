@@ -1,0 +1,133 @@
+"""`versions:` in a job (detrun/spec/versions.py): the spec form, the environments and their Ray runtime_env,
+the wheelhouse check, pin. No Ray: tests/test_versions_ray.py installs real versions through Ray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from detrun.errors import DetrunError
+from detrun.spec.model import load_spec, spec_from_dict
+from detrun.spec.versions import check_wheelhouse, environments, pin
+from tests.helpers import small
+
+FI = ["0.6.7.post3", "0.7.2.post1"]
+
+
+def touch_wheels(folder: Path, *names: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"")
+    return str(folder)
+
+
+def test_without_versions_a_spec_has_none_and_no_environment():
+    spec = spec_from_dict(small())
+    assert spec.versions is None and environments(spec) == []
+    assert spec_from_dict(spec.model_dump(mode="json")) == spec
+
+
+def test_the_job_form_dumps_as_written_and_validates_to_itself():
+    versions = {"flashinfer": FI, "wheelhouse": "/w", "with": ["flashinfer-cubin=={version}"]}
+    spec = spec_from_dict(small(versions=versions))
+    dumped = spec.model_dump(mode="json")
+    assert dumped["versions"] == versions
+    assert spec_from_dict(dumped) == spec
+
+
+def test_environments_in_the_jobs_order_with_offline_pip_options():
+    versions = {"flashinfer": FI, "wheelhouse": "/w", "with": ["flashinfer-cubin=={version}"]}
+    envs = environments(spec_from_dict(small(versions=versions)))
+    assert [e.name for e in envs] == ["flashinfer==0.6.7.post3", "flashinfer==0.7.2.post1"]
+    assert envs[1].requirements == ("flashinfer-python==0.7.2.post1", "flashinfer-cubin==0.7.2.post1")
+    assert envs[1].tag == "flashinfer-0.7.2.post1"
+    pip = envs[0].runtime_env()["pip"]
+    assert pip["packages"] == ["flashinfer-python==0.6.7.post3", "flashinfer-cubin==0.6.7.post3"]
+    options = pip["pip_install_options"]
+    assert options[options.index("--find-links") + 1] == "/w" and "--no-index" in options
+    assert "--no-deps" in options and "--ignore-installed" in options
+
+
+def test_without_a_wheelhouse_the_index_is_used_and_deps_true_keeps_dependencies():
+    env = environments(spec_from_dict(small(versions={"sglang": ["0.5.11"], "deps": True})))[0]
+    assert env.requirements == ("sglang==0.5.11",)
+    assert not {"--no-index", "--find-links", "--no-deps", "--ignore-installed"} & set(env.pip_options)
+
+
+def test_all_is_every_version_of_the_package_in_the_wheelhouse_oldest_first(tmp_path):
+    home = touch_wheels(tmp_path / "w", "sglang-0.5.23-py3-none-any.whl", "sglang-0.5.9-py3-none-any.whl",
+                        "sglang-0.5.11.tar.gz", "other-1.0-py3-none-any.whl", "notes.txt")
+    spec = spec_from_dict(small(versions={"sglang": "all", "wheelhouse": home}))
+    assert [e.version for e in environments(spec)] == ["0.5.9", "0.5.11", "0.5.23"]
+    empty = spec_from_dict(small(versions={"flashinfer": "all", "wheelhouse": home}))
+    with pytest.raises(DetrunError, match="holds no wheel of flashinfer-python"):
+        environments(empty)
+
+
+@pytest.mark.parametrize("versions, message", [
+    ({"flashinfer": ["0.7.2.post1", "0.6.7.post3"]}, "oldest first"),
+    ({"flashinfer": ["0.6.7", "0.6.7"]}, "oldest first, each once"),
+    ({"flashinfer": []}, "at least one version"),
+    ({"flashinfer": ["not a version"]}, "'not a version' is not a version"),
+    ({"flashinfer": FI, "sglang": ["0.5.11"]}, "name one package"),
+    ({"wheelhouse": "/w"}, "found none"),
+    ({"flashinfer": "all"}, "all needs a wheelhouse"),
+    ({"flashinfer": FI, "with": ["?? bad"]}, "is not a requirement"),
+])
+def test_a_bad_versions_field_is_one_error_naming_it(versions, message):
+    with pytest.raises(DetrunError, match=message) as err:
+        spec_from_dict(small(versions=versions), "job.yaml")
+    assert str(err.value).startswith("job.yaml: versions")
+
+
+def test_the_wheelhouse_is_relative_to_the_job_file(tmp_path, monkeypatch):
+    (tmp_path / "jobs").mkdir()
+    path = tmp_path / "jobs" / "job.yaml"
+    path.write_text(yaml.safe_dump(small(versions={"sglang": ["0.5.11"], "wheelhouse": "../wheels"})))
+    monkeypatch.chdir(tmp_path / "jobs")
+    spec = load_spec(path)
+    assert spec.versions is not None and spec.versions.wheelhouse == str(tmp_path / "wheels")
+    overridden = load_spec(path, ["versions.wheelhouse=here"])  # a --set is read against the job file too
+    assert environments(overridden)[0].wheelhouse == str(tmp_path / "jobs" / "here")
+
+
+def test_a_version_missing_from_the_wheelhouse_is_named_before_ray(tmp_path):
+    home = touch_wheels(tmp_path / "w", "flashinfer_python-0.6.7.post3-py3-none-any.whl",
+                        "flashinfer_cubin-0.6.7.post3-py3-none-any.whl",
+                        "flashinfer_python-0.7.2.post1-py3-none-any.whl")
+    envs = environments(spec_from_dict(small(versions={"flashinfer": FI, "wheelhouse": home,
+                                                       "with": ["flashinfer-cubin=={version}"]})))
+    check_wheelhouse(envs[:1])
+    with pytest.raises(DetrunError) as err:
+        check_wheelhouse(envs)
+    assert str(err.value) == (f"versions: flashinfer==0.7.2.post1 cannot be installed: no wheel of "
+                              f"flashinfer-cubin==0.7.2.post1 in the wheelhouse {home}")
+
+
+def test_pin_keeps_the_named_environments_in_the_jobs_order():
+    data = small(versions={"sglang": ["0.5.9", "0.5.11", "0.5.23"], "wheelhouse": "/w"})
+    pinned = pin(data, ["sglang==0.5.23", "sglang==0.5.9"])
+    assert pinned["versions"] == {"sglang": ["0.5.9", "0.5.23"], "wheelhouse": "/w"}
+    assert data["versions"]["sglang"] == ["0.5.9", "0.5.11", "0.5.23"]  # the job itself unchanged
+    assert [e.name for e in environments(spec_from_dict(pin(data, ["sglang==0.5.11"])))] == ["sglang==0.5.11"]
+    assert pin(spec_from_dict(data).model_dump(mode="json"), ["sglang==0.5.11"])["versions"]["sglang"] == ["0.5.11"]
+
+
+def test_pin_of_all_names_versions_of_the_wheelhouse():
+    data = small(versions={"sglang": "all", "wheelhouse": "/w"})
+    assert pin(data, ["sglang==0.5.23", "sglang==0.5.11"])["versions"]["sglang"] == ["0.5.11", "0.5.23"]
+
+
+@pytest.mark.parametrize("names, message", [
+    (["sglang==0.5.12"], "'sglang==0.5.12' is not one of the job's versions (sglang==0.5.11, sglang==0.5.23)"),
+    (["flashinfer==0.5.11"], "is not one of"),
+    (["0.5.11"], "is not one of"),
+    ([], "name at least one version"),
+])
+def test_pin_refuses_a_name_the_job_does_not_list(names, message):
+    with pytest.raises(DetrunError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pin(small(versions={"sglang": ["0.5.11", "0.5.23"]}), names)
+    with pytest.raises(DetrunError, match="has no versions"):
+        pin(small(), ["sglang==0.5.11"])
