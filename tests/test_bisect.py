@@ -143,14 +143,14 @@ class StoredProbe:
     """Each version a real run in the store (inline, rows marked with the version), judged by the real judge;
     from `breaks` on, one output flipped by one ULP (batch breaks)."""
 
-    def __init__(self, store, breaks="flashinfer==0.7.2"):
-        self.store, self.breaks, self.runs = store, breaks, []
+    def __init__(self, store, breaks="flashinfer==0.7.2", prefix="job"):
+        self.store, self.breaks, self.runs, self.prefix = store, breaks, [], prefix
 
     def __call__(self, version, good):
         from detrun.judge.baseline import verdict_of
         from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
-        run_id = f"job-{version.replace('==', '-')}"
+        run_id = f"{self.prefix}-{version.replace('==', '-')}"
         run_inline(self.store, small(**TINY), run_id)
         rewrite_rows(self.store, run_id, lambda r: r.update(version=version, flashinfer=version.partition("==")[2]))
         if FI.index(version.partition("==")[2]) >= FI.index(self.breaks.partition("==")[2]):
@@ -201,6 +201,7 @@ def test_bisect_command_prints_each_version_and_the_break(capsys, store, tmp_pat
                         "job-flashinfer-0.7.2); last held at flashinfer==0.7.1 (run job-flashinfer-0.7.1)")
     assert f"wrote {out}: the job pinned to the two versions; reproduce it with: detrun submit {out}" in text
     # the range does not bracket a break: exit 2, both verdicts shown
+    monkeypatch.setattr(bisect, "_submit_probe", lambda req, data, store_, axis: StoredProbe(store, prefix="again"))
     code, text, _ = cli_main(capsys, "bisect", _job(tmp_path), *rr, "--versions", "0.7.2,0.7.3", "--format", "json")
     doc = json.loads(text)
     assert code == 2 and doc["exit_code"] == 2 and "does not bracket a break: both broke" in doc["outcome"]

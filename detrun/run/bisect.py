@@ -269,10 +269,12 @@ def _submit_probe(req: BisectRequest, data: dict, store: RunStore, version_axis:
         done = submission.submit(SubmitRequest(str(path), req.gpus, req.address, runs_root=req.runs_root,
                                                run_id=run_id, claims=req.claims, jit_cache=req.jit_cache,
                                                verbose=req.verbose))
-        failures = getattr(done, "failures", [])
-        if failures:
-            raise DetrunError(f"run {run_id}: {len(failures)} task(s) failed ({failures[0]}): a version whose "
-                              "tasks fail is not judged")
+        if not isinstance(done, submission.Ran):  # a Jobs API address is refused before the first probe
+            raise DetrunError(f"run {run_id} was sent as a Ray job; bisect needs each run driven from here")
+        run_id = done.run_id
+        if done.failures:
+            raise DetrunError(f"run {run_id}: {len(done.failures)} task(s) failed ({done.failures[0]}): a version "
+                              "whose tasks fail is not judged")
         verdict = verdict_of(store, [run_id], checks)
         against = verdict_of(store, [good.run_id, run_id], checks) if good is not None and version_axis else None
         return Probed.of(version, run_id, verdict, against)
