@@ -230,31 +230,28 @@ def bisect(
     spec_path: Annotated[Path, typer.Argument(
         metavar="SPEC", help="Job spec with versions: (YAML)", show_default=False)],
     versions: Annotated[Optional[List[str]], typer.Option(
-        "--versions", metavar="V,V,...", help="The ordered range, oldest first (default: the job's versions:)")] = None,
+        "--versions", metavar="V,V,...", help="The range, oldest first (default: versions:)")] = None,
     output: Annotated[Path, typer.Option(
         "-o", "--output", metavar="FILE", help="The job pinned to the two versions")] = Path("bisected.yaml"),
-    gpus: Annotated[str, typer.Option(metavar="N|all", help="GPU slots per run: N, or every alive GPU")] = "all",
+    gpus: Annotated[str, typer.Option(metavar="N|all", help="GPU slots per run")] = "all",
     address: Annotated[Optional[str], typer.Option(
-        metavar="ADDR", help="ray://..., host:port, auto (default: a local Ray)")] = None,
+        metavar="ADDR", help="ray://..., host:port, auto (default: local)")] = None,
     runs_root: RunsRoot = "runs",
     overrides: Annotated[Optional[List[str]], typer.Option(
-        "--set", metavar="KEY=VALUE", help="Set a spec field before pinning (repeatable)")] = None,
+        "--set", metavar="KEY=VALUE", help="Set a spec field (repeatable)")] = None,
     strict: Strict = False, expect: Expect = None,
     expect_break: Annotated[bool, typer.Option(
-        "--expect-break/--no-expect-break", help="A range whose last version holds: exit 2 (or 0)")] = True,
-    jit_cache: Annotated[bool, typer.Option(
-        "--jit-cache/--no-jit-cache", help="Reuse FlashInfer modules from <runs root>/jit-cache")] = True,
+        "--expect-break/--no-expect-break", help="No break found: exit 2 (or 0)")] = True,
     fmt: FormatOpt = Format.text, verbose: Verbose = False,
 ) -> exitpolicy.Outcome:
-    """Find the first version that breaks a claim (and the last that held); say what changed; write a job.
+    """Find the first of the job's versions: that breaks a claim; what changed.
 
-    Exit 1: a break located; 0: --no-expect-break and nothing broke; 2: the range does not bracket a break, or
-    a version cannot be installed or run (named), or bad input."""
+    Exit 1: a break located; 2: none bracketed, a version not installable."""
     from .present import lines
 
     names = tuple(v.strip() for item in versions or () for v in item.split(",") if v.strip())
     req = BisectRequest(str(spec_path), names, str(output), gpus, address, runs_root, tuple(overrides or ()),
-                        _claims(False, False, strict, expect), expect_break, jit_cache, verbose)
+                        _claims(False, False, strict, expect), expect_break, verbose=verbose)
     text = fmt is Format.text
     found = api.bisect(req, (lambda probe: print(lines.bisect_probe(probe), flush=True)) if text else None)
     if not text:
