@@ -61,6 +61,7 @@ class Row(TypedDict):
     torch: str
     flashinfer: str
     sglang: str  # backend sglang: the SGLang version whose code ran ("" for other backends)
+    version: str  # the job's versions: environment this row ran in ("" without versions:)
     ray: str
     python: str
     fingerprint: str  # fingerprint.py
@@ -87,7 +88,7 @@ STATUSES = tuple(s.value for s in Status)  # the stored strings
 _DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
 # Columns added to SCHEMA later, and what a row stored before has there (None: null).
 ADDED: Dict[str, object] = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None, "sglang": "",
-                            "wiring": ""}
+                            "wiring": "", "version": ""}
 
 
 def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:
