@@ -46,13 +46,20 @@ def test_claims_from_spec_override_and_strict():
     assert claims_of([{"expect": {"mode": "ignore"}}, {"expect": {"mode": "bitwise"}}]).level("mode") == "bitwise"
     assert claims_of([{"expect": {"mode": "bitwise"}}], {"mode": "ignore"}).level("mode") == "ignore"
     assert set(claims_of([], strict=True).levels.values()) == {"bitwise"}
-    assert claims_of([]).levels == dict.fromkeys(("repeat", "gpu", "mode", "batch", "phase", "run"), "explained")
+    assert claims_of([]).levels == dict(dict.fromkeys(("repeat", "gpu", "mode", "batch", "phase", "run"), "explained"),
+                                        backend="ignore", version="explained")
     assert load_spec("jobs/paged.yaml", ["expect.batch=bitwise"]).expect == {"batch": "bitwise"}
     with pytest.raises(DetrunError, match="expect.batch"):
         load_spec("jobs/paged.yaml", ["expect.batch=bitwize"])
     with pytest.raises(DetrunError, match="--expect 'batch'"):
         parse_expect(["batch"])
     assert parse_expect(["batch=bitwise", "run=ignore"]) == {"batch": "bitwise", "run": "ignore"}
+    assert parse_expect(["backend=bitwise", "version=ignore"]) == {"backend": "bitwise", "version": "ignore"}
+    spec = load_spec("jobs/paged.yaml", ["expect.backend=bitwise", "expect.version=ignore"])
+    levels = claims_of([spec.model_dump(mode="json")]).levels
+    assert levels == dict(claims_of([]).levels, backend="bitwise", version="ignore")
+    with pytest.raises(DetrunError, match="expect.vresion"):
+        load_spec("jobs/paged.yaml", ["expect.vresion=bitwise"])
 
 
 def test_compare_accepts_claims(store, tmp_path):
@@ -129,10 +136,13 @@ def test_expect_override_is_stated_and_strict_alone_is_a_note(store):
     # --strict claims every axis bitwise, but states no claim of its own: what nothing can meet is a note
     assert strict.exit_code == 0 and strict.label == "REPRODUCIBLE"
     notes = {f.axis: f for f in strict.of("unverified_claim")}
-    assert set(notes) == {"gpu", "mode", "batch", "phase", "run"} and {f.severity for f in notes.values()} == {"warn"}
+    assert set(notes) == {"gpu", "mode", "batch", "phase", "run", "backend", "version"}
+    assert {f.severity for f in notes.values()} == {"warn"}
     assert notes["batch"].title == ("batch claimed bitwise (--strict), but nothing was compared along batch: the "
                                     "rows that would meet did not run (8 known bug)")
     assert notes["run"].title.endswith("all rows have one run: bugs")
+    assert notes["backend"].title.endswith("all rows have one backend: reference")
+    assert notes["version"].title.endswith("all rows have one version: none (no versions:)")
     assert "not compared: gpu (claimed bitwise)" in strict.headline
     # --strict over a stated claim keeps it stated
     assert judge(compare_runs(store, ["bugs"], strict=True, expect={"batch": "bitwise"})).label == "NOT VERIFIED"

@@ -49,7 +49,7 @@ def test_a_passing_compare_as_json_carries_the_verdict_the_text_shows(root):
     assert doc["headline"] == "; ".join(["REPRODUCIBLE (exit 0)", *doc["summary"]])
     assert {c["axis"]: c["status"] for c in doc["claims"]} == {
         "repeat": "held", "gpu": "not compared", "mode": "not compared", "batch": "held", "phase": "not compared",
-        "run": "not compared"}
+        "run": "not compared", "backend": "ignored", "version": "not compared"}
     assert not [f for f in doc["findings"] if f["severity"] == "fail"]
     target = doc["table"]["target"]
     assert target["repeat"]["text"] == "equal (6)" and target["repeat"]["rows"] == 6  # 3 cases x 2 repeats

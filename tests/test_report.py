@@ -45,8 +45,9 @@ def test_junit_counts_every_comparison_claim_and_finding_once(store):
     assert "max ULP 1" in repeat and "unexplained" in repeat
     skipped = [c for c in cases if c.find("skipped") is not None]
     n_a = sum(cells[a].status == "n/a" for cells in pairs.values() for a in cells)
-    # n/a comparisons, the claims nothing was compared along (gpu, mode, phase, run), the cells skipped on CPU
-    assert len(skipped) == int(suite.get("skipped")) == n_a + 4 + 1
+    # n/a comparisons, the claims nothing was compared along (gpu, mode, phase, run, version) or ignored (backend),
+    # the cells skipped on CPU
+    assert len(skipped) == int(suite.get("skipped")) == n_a + 6 + 1
     assert "cudagraph mode needs a CUDA device" in skipped[-1].find("skipped").text
     strict = _cases(junit_xml(judge(compare_runs(store, ["run"], strict=True))))[1]
     assert int(strict.get("failures")) > 3  # explained differences fail when strict

@@ -3,6 +3,8 @@
 Levels, strictest first: `bitwise` (any difference breaks the claim, the plan is shown as the cause),
 `explained` (a difference breaks it unless the recorded plans, paths or environments explain it),
 `ignore` (differences are shown, never counted). No torch, no Ray.
+The cross-run axes default otherwise: `backend` to ignore (another backend's bits are shown, a parity claim is
+the job's to state), `version` to explained (what explains there: judge/compare.py).
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence,
 
 from ..errors import DetrunError
 
-AXIS_NAMES = ("repeat", "gpu", "mode", "batch", "phase", "run")
+AXIS_NAMES = ("repeat", "gpu", "mode", "batch", "phase", "run", "backend", "version")
+CROSS_RUN = ("backend", "version")  # axes whose rows of different values are always of different runs
 LEVELS = ("bitwise", "explained", "ignore")  # strictest first
 DEFAULT_LEVEL = "explained"
+DEFAULTS = {"backend": "ignore"}  # axis -> its default level where not DEFAULT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ def claims_of(specs: Sequence[Mapping[str, object]], expect: Optional[Mapping[st
               strict: bool = False) -> Claims:
     """Each axis at the strictest level the runs' specs state, then --expect, then --strict (all bitwise).
     --strict states no claim of its own: an axis only it claims and nothing compares is a note, not a failure."""
-    levels = dict.fromkeys(AXIS_NAMES, DEFAULT_LEVEL)
+    levels = {axis: DEFAULTS.get(axis, DEFAULT_LEVEL) for axis in AXIS_NAMES}
     stated = set()
     for spec in specs:
         for axis, level in spec_levels(spec).items():

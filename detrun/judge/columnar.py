@@ -27,7 +27,7 @@ from .audit import audit_kernels
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
 STRINGS = ("run_id", "case", "request", "mode", "phase", "status", "reason", "backend", "attn", "path", "plan",
-           "out_digest", "lse_digest", "fingerprint", *_ENV)
+           "out_digest", "lse_digest", "fingerprint", "version", *_ENV)
 # Coded too, but read on first use: only a run set with a decode phase compares them (compare.py).
 LAZY = ("last_out_digest", "last_lse_digest")
 _DICT = pa.dictionary(pa.int32(), pa.string())

@@ -1,12 +1,21 @@
 """Group rows and decide verdicts: equal / differs / explained by plan / missing.
 
-For each request and each axis (repeat, gpu, mode, batch, phase, run) rows that agree on every other
-axis are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
+For each request and each axis (repeat, gpu, mode, batch, phase, run, backend, version) rows that agree on every
+other axis are grouped. Rows of a group with the same recorded plan, path and environment must carry the same
 output and LSE digests ("differs", a failure); a difference between rows whose plans differ is
 "explained", and an equality between them is noted. Along the phase axis a prefill row and a decode row
-are compared on their last query token (last_out_digest, last_lse_digest). Whether a difference fails
-is decided by the claims (claims.py) in findings.judge, which turns this Comparison into the Verdict; nothing
-here judges. Reads Arrow only.
+are compared on their last query token (last_out_digest, last_lse_digest).
+
+backend and version are cross-run axes (a job has one backend, and runs once per `versions:` environment): their
+groups span runs (they do not agree on run_id), and of each backend (version) value a group holds the rows of one
+run, the first in compare order. Every other axis, run included, groups only rows of one backend and version.
+What varies by construction along them explains nothing there (else the axis could never fail):
+- backend: the backend itself (backend, attn, path, plan) explains nothing; an environment field may (the runs
+  ran on another GPU, driver, CUDA, torch);
+- version: the versioned packages (fingerprint fields torch, flashinfer, sglang) explain nothing; a plan field
+  that changed with the version (e.g. cta_tile_q, the path) or another GPU, driver or CUDA may.
+Whether a difference fails is decided by the claims (claims.py) in findings.judge, which turns this Comparison
+into the Verdict; nothing here judges. Reads Arrow only.
 """
 
 from __future__ import annotations
@@ -33,13 +42,15 @@ from ..spec.matrix import expected_key_array, key_layout
 from ..spec.model import spec_from_dict
 from ..spec.sglang import profile_label
 from ..store.runs import RunReader
-from .claims import Claims, claims_of
+from .claims import CROSS_RUN, Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
 from .wiring import wiring_problems
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
-                        "run": "run_id"}
+                        "run": "run_id", "backend": "backend", "version": "version"}
+PLAN_EXPLAINS_NOT = ("backend",)  # axes along which no plan field explains a difference (module docstring)
+ENV_EXPLAINS_NOT = {"version": ("torch", "flashinfer", "sglang")}  # axis -> environment fields that do not
 LAST = "phase"  # the axis compared on the last query token's digests
 ENV_FIELDS = FINGERPRINT_FIELDS
 PLAN_COLUMNS = ("backend", "attn", "path")
@@ -139,9 +150,12 @@ def explain(a: dict, b: dict) -> List[str]:
             else "unexplained: same plan, path and environment"]
 
 
-def cause(a: dict, b: dict) -> Optional[Tuple[str, str, str]]:
-    """(plan | environment, field, "a vs b") of the first differing plan field, else environment field."""
-    for kind, diffs in (("plan", plan_differences(a, b)), ("environment", env_differences(a, b))):
+def cause(a: dict, b: dict, axis: str = "") -> Optional[Tuple[str, str, str]]:
+    """(plan | environment, field, "a vs b") of the first differing plan field, else environment field, of those
+    that explain a difference along axis (PLAN_EXPLAINS_NOT, ENV_EXPLAINS_NOT)."""
+    plan = [] if axis in PLAN_EXPLAINS_NOT else plan_differences(a, b)
+    env = [d for d in env_differences(a, b) if d[0] not in ENV_EXPLAINS_NOT.get(axis, ())]
+    for kind, diffs in (("plan", plan), ("environment", env)):
         if diffs:
             name, x, y = diffs[0]
             return kind, name, f"{x} vs {y}"
@@ -169,18 +183,22 @@ def unknown_plan(r: dict) -> str:
     return "; ".join(str(v) for k, v in plan.items() if k.rpartition(".")[2] == PLAN_UNKNOWN)
 
 
-def label(a: dict, b: dict) -> str:
-    """Why two rows may differ: the first differing plan field, else environment field, else unexplained.
-    A plan detrun could not read explains nothing, and cannot be taken as equal either. A model row and an
-    SGLang row on the same path and plan (or on different paths) are never explained (model_differs)."""
+def label(a: dict, b: dict, axis: str = "") -> str:
+    """Why two rows may differ along axis: the first differing plan field, else environment field, that explains
+    there (cause), else unexplained. A plan detrun could not read explains nothing, and cannot be taken as equal
+    either. A model row and an SGLang row on the same path and plan (or on different paths) are never explained
+    (model_differs)."""
     unknown = unknown_plan(a) or unknown_plan(b)
     if unknown:
         return f"unexplained (plan unknown: {unknown})"
     model = model_differs(a, b)
     if model:
         return f"unexplained: {model}"
-    found = cause(a, b)
-    return f"explained by {found[0]}: {found[1]}" if found else "unexplained"
+    found = cause(a, b, axis)
+    if found:
+        return f"explained by {found[0]}: {found[1]}"
+    silent = cause(a, b)
+    return f"unexplained: {silent[1]} explains nothing across {axis}" if silent else "unexplained"
 
 
 def _signature(r: dict) -> tuple:
@@ -301,6 +319,7 @@ class _GroupJudge:
         self.causes: Dict[str, str] = {}  # explaining field -> first example ("512 vs 8192")
         self.left = max_details
         self.last = self.axis == LAST
+        self.noted = axis not in (LAST, "backend")  # there plans always differ: equal bits are the claim, no note
 
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
         if self.left <= 0:
@@ -324,22 +343,22 @@ class _GroupJudge:
                 if _ident(r, self.last) not in seen:
                     seen.add(_ident(r, self.last))
                     unexplained = True
-                    self._record(same[0], r, explain(same[0], r), label(same[0], r))
+                    self._record(same[0], r, explain(same[0], r), label(same[0], r, self.axis))
         reps = [same[0] for same in by_plan.values()]
         for r in reps[1:]:  # plans differ: a difference is explained (unless a plan is unknown), an equality noted
             if _ident(r, self.last) != _ident(reps[0], self.last):
-                tag = label(reps[0], r)
+                tag = label(reps[0], r, self.axis)
                 if tag.startswith("unexplained"):
                     unexplained = True
                 else:
                     explained = True
-                    found = cause(reps[0], r)
+                    found = cause(reps[0], r, self.axis)
                     if found is not None:  # explained: a plan or environment field differs
                         self.causes.setdefault(found[1], found[2])
                 self._record(reps[0], r, explain(reps[0], r), tag)
-            # along phase the plans always differ (prefill's path, planner and kernel are never decode's):
-            # equal bits there are what phase claims, not worth a note; an unknown plan is its own finding
-            elif not self.last and not (unknown_plan(reps[0]) or unknown_plan(r)):
+            # along phase the plans always differ (prefill's path, planner and kernel are never decode's), and along
+            # backend: equal bits there are what the axis claims, not worth a note; an unknown plan is its own finding
+            elif self.noted and not (unknown_plan(reps[0]) or unknown_plan(r)):
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} "
@@ -380,52 +399,69 @@ def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -
 
 
 def _axis_groups(ok: np.ndarray, group: np.ndarray, size: int, axis: np.ndarray, req: np.ndarray,
-                 judged: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request code: groups with two or more values of the axis, their rows; and the read indices
-    of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
+                 judged: np.ndarray, nreq: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request code (nreq of them): groups with two or more values of the axis, their rows; and the read
+    indices of the rows of groups whose `judged` codes (plan, environment and digests) are not all one."""
     index = np.int32 if len(group) < 1 << 31 else np.int64
     rep = np.zeros(size, dtype=index)
     rep[group] = np.arange(len(group), dtype=index)  # any member of each group
     count = np.bincount(group, minlength=size)
     valid = _varies(group, rep, axis, size)
     judge = valid & _varies(group, rep, judged, size) if valid.any() else valid
-    nreq = int(req.max()) + 1 if len(req) else 0
     of = req[rep[valid]]
     groups = np.bincount(of, minlength=nreq)
     rows = np.bincount(of, weights=count[valid], minlength=nreq).astype(np.int64)
     return groups, rows, ok[judge[group]]
 
 
+def _dropped(axis: str) -> Tuple[str, ...]:
+    """The columns a group of axis need not agree on: the axis' own, and run_id along a cross-run axis."""
+    return (AXES[axis], AXES["run"]) if axis in CROSS_RUN else (AXES[axis],)
+
+
 def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
-    """axis -> (group code, bound): rows agreeing on request and every other axis share a code.
-    One mixed-radix code of all axes, the axis' digit taken out (else: combined per axis)."""
+    """axis -> (group code, bound): rows agreeing on request and every other axis (_dropped) share a code.
+    One mixed-radix code of all axes, the axis' digits taken out (else: combined per axis)."""
     n, bound = len(req), 4 * len(req) + 64
     cols = list(AXES.values())
     part = {c: part[c] - part[c].min() if n and part[c].min() else part[c] for c in cols}  # digits from 0
     radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
     total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
     if not n or total >= 1 << 62:
-        for axis, col in AXES.items():
-            yield axis, combine([req] + [part[c] for c in cols if c != col], bound)
+        for axis in AXES:
+            yield axis, combine([req] + [part[c] for c in cols if c not in _dropped(axis)], bound)
         return
-    # int32 where total fits: half the memory traffic of the five groupings
+    # int32 where total fits: half the memory traffic of the groupings
     full = mixed_radix([req] + [part[c] for c in cols], [int(req.max()) + 1] + [radix[c] for c in cols])
-    lower = 1
-    for col in reversed(cols):
-        axis = next(a for a, c in AXES.items() if c == col)
-        group = full // (lower * radix[col])
-        if lower > 1:
-            group *= lower
-            group += full % lower
-        size = total // radix[col]
+    weight = dict(zip(reversed(cols), np.cumprod([1] + [radix[c] for c in reversed(cols)]).tolist()))
+    for axis in AXES:
+        group, size = full, total
+        for col in sorted(_dropped(axis), key=weight.__getitem__, reverse=True):  # the lower digits keep their weight
+            lower = weight[col]
+            kept = group // (lower * radix[col])
+            if lower > 1:
+                kept *= lower
+                kept += group % lower
+            group, size = kept, size // radix[col]
         if size > bound:
             group = densify(group)
             size = int(group.max()) + 1
         yield axis, (group, size)
-        lower *= radix[col]
 
 
-_ONE = {"repeat": "repeat", "gpu": "GPU slot", "mode": "mode", "batch": "case", "phase": "phase", "run": "run"}
+def _one_run_each(group: np.ndarray, values: np.ndarray, run: np.ndarray) -> Optional[np.ndarray]:
+    """Along a cross-run axis: per group and value of the axis, the rows of the first run (rows are in compare
+    order) that has them, as a mask; rows of one value in two runs are not compared there. None: all rows."""
+    if not len(run) or run.min() == run.max() or values.min() == values.max():
+        return None
+    sub, _ = combine([group, values], 4 * len(group) + 64)
+    first = np.zeros(int(sub.max()) + 1, dtype=run.dtype)
+    first[sub[::-1]] = run[::-1]  # the last write wins: each sub's first row's run
+    return run == first[sub]
+
+
+_ONE = {"repeat": "repeat", "gpu": "GPU slot", "mode": "mode", "batch": "case", "phase": "phase", "run": "run",
+        "backend": "backend", "version": "version"}
 
 
 def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
@@ -439,7 +475,8 @@ def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
         values = part[AXES[axis]]
         if values.min() == values.max():
             value = cols.rows_in_memory(np.array([0]))[0][AXES[axis]]
-            value = {"repeat": f"r{value}", "gpu": f"g{value}"}.get(axis, value)
+            value = {"repeat": f"r{value}", "gpu": f"g{value}", "version": value or "none (no versions:)"}.get(
+                axis, value)
             out[axis] = f"all rows have one {_ONE[axis]}: {value}"
             continue
         groupings = groupings or dict(_groupings(cols.codes("request"), part))
@@ -570,8 +607,15 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     if len(phase) and phase.min() != phase.max():  # prefill beside decode: only their last tokens' digests (their
         # plans always differ, and an equality is not noted: _GroupJudge)
         by_axis[LAST], _ = combine([take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
-    per_axis = {axis: _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis])
-                for axis, (group, size) in _groupings(req, part)}
+    per_axis = {}
+    nreq = int(req.max()) + 1 if len(req) else 0
+    for axis, (group, size) in _groupings(req, part):
+        keep = _one_run_each(group, part[AXES[axis]], part[AXES["run"]]) if axis in CROSS_RUN else None
+        if keep is None:
+            per_axis[axis] = _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis], nreq)
+        else:
+            per_axis[axis] = _axis_groups(ok[keep], group[keep], size, part[AXES[axis]][keep], req[keep],
+                                          by_axis[axis][keep], nreq)
     rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
     order = {run: i for i, run in enumerate(cols.runs)}
     detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
@@ -583,14 +627,15 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
     for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
         request = names[code]
-        for axis, col in AXES.items():
+        for axis in AXES:
             groups, nrows, _ = per_axis[axis]
+            dropped = _dropped(axis)
             judged_rows = judged_sets[axis]
             judge = _GroupJudge(result, request, axis, blobs, max_details)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged_rows:
-                    members[tuple(rows[i][c] for c in AXES.values() if c != col)].append(rows[i])
+                    members[tuple(rows[i][c] for c in AXES.values() if c not in dropped)].append(rows[i])
             differing = explained_only = 0
             for group in members.values():
                 unexplained, explained = judge(group)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..judge.claims import AXIS_NAMES
+from ..judge.claims import CROSS_RUN
 from ..judge.history import History
 from ..judge.verdict import FAIL, FAILURE, INFO, KINDS, NOT_VERIFIED, REPRODUCIBLE, WARN, Cell, Finding, Verdict
 from ..stages import BESIDE, GC_PAUSE
@@ -83,10 +83,13 @@ def print_comparison(verdict: Verdict, console: Console, details: int = 3) -> No
                  _SEVERITY[worst.severity], details if worst.severity == INFO else max(details, _LIST_MAX))
     table = Table(title=f"bitwise verdicts ({verdict.rows} rows, runs: {', '.join(verdict.runs)})")
     table.add_column("request")
-    for c in verdict.claims:
+    named = {f.axis for f in verdict.findings if f.axis}
+    # a cross-run axis nothing met along and no finding names (one run's compare) has no column: the claims say it
+    claims = [c for c in verdict.claims if c.axis not in CROSS_RUN or c.groups or c.axis in named]
+    for c in claims:
         table.add_column(c.axis if c.level == "explained" else f"{c.axis} ({c.level})")
     for request, cells in verdict.cells.items():
-        table.add_row(escape(request), *(_cell(cells[a]) for a in AXIS_NAMES))
+        table.add_row(escape(request), *(_cell(cells[c.axis]) for c in claims))
     console.print(table)
     console.print(verdict_line(verdict), soft_wrap=True)
 

@@ -39,7 +39,7 @@ def _all_modes() -> List[Mode]:
 
 def _prefill_only() -> List[Phase]:
     return ["prefill"]
-Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run"]  # claims.AXIS_NAMES
+Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run", "backend", "version"]  # claims.AXIS_NAMES
 Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
 DType = Literal["bf16", "fp16", "fp32"]
 
