@@ -32,6 +32,8 @@ def test_job_ignores_repeats_and_claims_but_not_what_a_cell_computes():
     assert job_of(base) == job_of(dict(base, repeats=5, expect={"batch": "bitwise"}, isolation={"samples": 3}))
     assert job_of(base) != job_of(dict(base, seed=8))
     assert job_of(base) != job_of(small(name="other", **TINY))
+    one, other = ({"sglang": [v], "wheelhouse": "/w"} for v in ("0.5.11", "0.5.23"))  # pinned to one version each
+    assert job_of(dict(base, versions=one)) == job_of(dict(base, versions=other)) == job_of(base)
 
 
 def test_damaged_runs_are_listed_and_the_rest_still_shown(store, tmp_path):
@@ -75,7 +77,9 @@ def test_history_names_first_differing_run(store):
 def _versioned(store, run_id: str, version: str, broken: bool = False, **row) -> str:
     """A run of small(**TINY) whose rows say they ran in the versions: environment `version` (and row's fields);
     broken: one output flipped by one ULP (its batch claim breaks)."""
-    run_inline(store, small(**TINY), run_id)
+    package, _, release = version.partition("==")
+    pinned = {"versions": {package: [release]}} if version else {}  # a run of the job pinned to its version
+    run_inline(store, small(**TINY, **pinned), run_id)
     rewrite_rows(store, run_id, lambda r: r.update(version=version, **row))
     if broken:
         flip_one_ulp(store, run_id, is_alone_target)

@@ -35,8 +35,9 @@ from .findings import judge
 from .verdict import FAIL, NOT_VERIFIED, WARN
 
 _KEY = ("case", "request", "mode", "phase", "fingerprint")
-# Spec fields that change neither which cells a job has nor what a cell computes.
-_NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", *ROW_NEUTRAL)
+# Spec fields that change neither which cells a job has nor what a cell computes (versions: the environments it
+# ran in, as a fingerprint: a job's story runs across them).
+_NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", "versions", *ROW_NEUTRAL)
 _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
 
 
