@@ -223,3 +223,48 @@ def test_bisect_refuses_bad_input_before_running_anything(capsys, tmp_path):
     code, line = cli_error(capsys, "bisect", _job(tmp_path), *rr, "--address", "http://head:8265")
     assert code == 2 and "bisect waits for each run" in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_submit_probe_pins_each_version_and_judges_it_beside_the_known_good(store, tmp_path, monkeypatch):
+    """The real probe without Ray: submit replaced by an inline run whose rows say its version; from 0.7.2 on
+    every output's bits differ from 0.6.7's, the same way in every cell (each run's own claims hold): only the
+    version claim, judged beside the known-good run, breaks."""
+    from detrun.judge.requests import ClaimOptions
+    from detrun.run import inline, submission
+    from detrun.run.bisect import bisect_job, output_path
+    from detrun.run.requests import BisectRequest
+    from detrun.spec.model import load_spec
+    from detrun.spec.versions import environments
+    from tests.helpers import rewrite_rows
+
+    submitted = []
+
+    def submit(req, progress=None):
+        spec = load_spec(req.spec_path)
+        (env,) = environments(spec)
+        submitted.append((env.name, req.run_id))
+        assert not inline.run_inline(store, spec, req.run_id)
+        newer = FI.index(env.version) >= FI.index("0.7.2")
+        rewrite_rows(store, req.run_id, lambda r: r.update(
+            version=env.name, out_digest=r["out_digest"] + ("-072" if newer else "")))
+        return submission.Ran(req.run_id, False, 1, 1, [], 0.1, "here")
+
+    monkeypatch.setattr(submission, "submit", submit)
+    out = tmp_path / "bisected.yaml"
+    claims = ClaimOptions(expect=("version=bitwise",))
+    found = bisect_job(BisectRequest(_job(tmp_path), output=str(out), runs_root=str(tmp_path / "runs"),
+                                     claims=claims))
+    s = found.search
+    assert found.code == ExitCode.MISMATCH and (s.good.version, s.bad.version) == ("flashinfer==0.7.1",
+                                                                                   "flashinfer==0.7.2")
+    assert [name for name, _ in submitted] == ["flashinfer==0.6.7", "flashinfer==0.7.3", "flashinfer==0.7.1",
+                                               "flashinfer==0.7.2"]
+    assert all(run.startswith("small-flashinfer-0.") for _, run in submitted)
+    assert all(p.headline.startswith("REPRODUCIBLE (exit 0)") for p in s.probes)  # each run alone holds
+    assert s.probes[0].against == ""  # the known good itself
+    assert s.bad.against.startswith("DETERMINISM FAILURE (exit 1)") and s.good.against.startswith("REPRODUCIBLE")
+    assert s.bad.broken[0] == ("version claimed bitwise, 6 requests (decode#*, long, short, sibling, +2 more) "
+                               "differ (unexplained)")
+    for name, _ in submitted:  # each probe's job: the job pinned to its version, beside the output
+        assert [e.name for e in environments(load_spec(output_path(str(out), name)))] == [name]
+    assert found.command == f"detrun submit {out} --runs-root {tmp_path / 'runs'} --expect version=bitwise"

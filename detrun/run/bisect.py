@@ -17,13 +17,14 @@ import logging
 import re
 import shlex
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import yaml
 
 from ..errors import DetrunError, ExitCode
+from ..judge.claims import spec_levels
 from ..judge.compare import explain, plan_differences
 from ..judge.verdict import FAIL, NOT_VERIFIED, Verdict
 from ..paths import write_output
@@ -64,7 +65,7 @@ class Probed:
                 raise DetrunError(f"run {run_id} is {v.headline} (each version's claims must be checked to say "
                                   "whether it broke)")
         failed = [v for v in (verdict, against) if v is not None and v.failed]
-        broken = tuple(f.title for v in failed for f in v.findings if f.severity == FAIL)
+        broken = tuple(dict.fromkeys(f.title for v in failed for f in v.findings if f.severity == FAIL))
         return Probed(version, run_id, ExitCode.MISMATCH if failed else ExitCode.OK, verdict.headline, broken,
                       against.headline if against is not None else "")
 
@@ -261,6 +262,8 @@ def _submit_probe(req: BisectRequest, data: dict, store: RunStore, version_axis:
     from .requests import SubmitRequest
 
     checks = req.claims.checks()
+    # a run alone meets no other version: its own verdict leaves the version claim to the one beside the known good
+    alone = replace(checks, expect={**checks.expect, VERSION_AXIS: "ignore"}) if version_axis else checks
 
     def probe(version: str, good: Optional[Probed]) -> Probed:
         path = output_path(req.output, version)
@@ -275,7 +278,7 @@ def _submit_probe(req: BisectRequest, data: dict, store: RunStore, version_axis:
         if done.failures:
             raise DetrunError(f"run {run_id}: {len(done.failures)} task(s) failed ({done.failures[0]}): a version "
                               "whose tasks fail is not judged")
-        verdict = verdict_of(store, [run_id], checks)
+        verdict = verdict_of(store, [run_id], alone)
         against = verdict_of(store, [good.run_id, run_id], checks) if good is not None and version_axis else None
         return Probed.of(version, run_id, verdict, against)
 
@@ -303,8 +306,7 @@ def bisect_job(req: BisectRequest, probe: Optional[Probe] = None,
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")
     data = spec.model_dump(mode="json", exclude_defaults=True)
-    version_axis = VERSION_AXIS in (data.get("expect") or {}) or VERSION_AXIS in dict(
-        item.partition("=")[::2] for item in req.claims.expect)
+    version_axis = VERSION_AXIS in {**spec_levels(data), **req.claims.checks().expect}
     found = search(versions, probe or _submit_probe(req, data, store, version_axis), req.expect_break, on_probe)
     if found.good is None or found.bad is None:
         return Bisected(spec.name, found)
