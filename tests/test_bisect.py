@@ -259,7 +259,7 @@ def test_the_submit_probe_pins_each_version_and_judges_it_beside_the_known_good(
                                                                                    "flashinfer==0.7.2")
     assert [name for name, _ in submitted] == ["flashinfer==0.6.7", "flashinfer==0.7.3", "flashinfer==0.7.1",
                                                "flashinfer==0.7.2"]
-    assert all(run.startswith("small-flashinfer-0.") for _, run in submitted)
+    assert all(run.startswith("small-bisect-") for _, run in submitted)
     assert all(p.headline.startswith("REPRODUCIBLE (exit 0)") for p in s.probes)  # each run alone holds
     assert s.probes[0].against == ""  # the known good itself
     assert s.bad.against.startswith("DETERMINISM FAILURE (exit 1)") and s.good.against.startswith("REPRODUCIBLE")

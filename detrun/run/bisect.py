@@ -268,12 +268,14 @@ def _submit_probe(req: BisectRequest, data: dict, store: RunStore, version_axis:
     def probe(version: str, good: Optional[Probed]) -> Probed:
         path = output_path(req.output, version)
         write_output(path, yaml.safe_dump(pin(data, [version]), sort_keys=False), "-o/--output")
-        run_id = new_run_id(f"{data['name']}-{file_safe(version)}")
+        run_id = new_run_id(f"{data['name']}-bisect")  # submit adds the environment: <id>-<package>-<version>
         done = submission.submit(SubmitRequest(str(path), req.gpus, req.address, runs_root=req.runs_root,
                                                run_id=run_id, claims=req.claims, jit_cache=req.jit_cache,
                                                verbose=req.verbose))
-        if not isinstance(done, submission.Ran):  # a Jobs API address is refused before the first probe
-            raise DetrunError(f"run {run_id} was sent as a Ray job; bisect needs each run driven from here")
+        runs = getattr(done, "runs", (done,))  # a job with versions: one run per environment (here one)
+        if len(runs) != 1 or not isinstance(runs[0], submission.Ran):  # a Jobs API address is refused before
+            raise DetrunError(f"run {run_id}: expected one run driven from here, got {done!r}")
+        done = runs[0]
         run_id = done.run_id
         if done.failures:
             raise DetrunError(f"run {run_id}: {len(done.failures)} task(s) failed ({done.failures[0]}): a version "
