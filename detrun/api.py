@@ -22,16 +22,16 @@ if TYPE_CHECKING:
     from .record.manifest import Manifest
     from .run.bisect import Bisected, Probed
     from .run.shrink import Shrunk, Step
-    from .run.submission import Ran, RunStatus, Submitted
+    from .run.submission import Ran, RunStatus, Submitted, Versioned
 
 __all__ = ["BaselineRequest", "BisectRequest", "ClaimOptions", "CompareRequest", "ReportRequest", "ShrinkRequest",
            "SubmitRequest", "RunRequest", "RunsRequest", "TimingsRequest", "submit", "compare", "report", "shrink",
            "bisect", "history", "baseline_set", "baseline_show", "list_runs", "timings", "status", "logs",
            "validate_cluster"]
 
-_RESULTS = {"Submitted": "run.submission", "Ran": "run.submission", "RunStatus": "run.submission",
-            "Shrunk": "run.shrink", "Step": "run.shrink", "Bisected": "run.bisect", "Probed": "run.bisect",
-            "History": "judge.history", "Verdict": "judge.verdict"}
+_RESULTS = {"Submitted": "run.submission", "Ran": "run.submission", "Versioned": "run.submission",
+            "RunStatus": "run.submission", "Shrunk": "run.shrink", "Step": "run.shrink", "Bisected": "run.bisect",
+            "Probed": "run.bisect", "History": "judge.history", "Verdict": "judge.verdict"}
 
 
 def __getattr__(name: str):
@@ -54,9 +54,9 @@ def check_settings() -> None:
     driver_settings()
 
 
-def submit(req: SubmitRequest, progress: Optional[Progress] = None) -> Union["Submitted", "Ran"]:
-    """detrun submit: a run here or on a Ray address (Ran: then compare(req.compare_request(run_id))), or a
-    Ray job sent to a Jobs API (Submitted)."""
+def submit(req: SubmitRequest, progress: Optional[Progress] = None) -> Union["Submitted", "Ran", "Versioned"]:
+    """detrun submit: a run here or on a Ray address (Ran: then compare(req.compare_request(run_id))), a job with
+    versions: (Versioned: a run per environment, compared together), or a Ray job sent to a Jobs API (Submitted)."""
     from .run import submission
 
     return submission.submit(req, progress or submission.no_progress)

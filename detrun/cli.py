@@ -159,10 +159,12 @@ def submit(
     if isinstance(done, api.Submitted):
         print(*lines.submitted(done.plan, runs_root), sep="\n")
         return None
-    print(lines.ran(done))
-    for failure in done.failures:
-        print(f"task failed: {failure}", file=sys.stderr)
-    return _compare_and_print(req.compare_request(done.run_id))
+    runs = done.runs if isinstance(done, api.Versioned) else (done,)
+    for one in runs:
+        print(lines.ran(one))
+        for failure in one.failures:
+            print(f"task failed: {failure}", file=sys.stderr)
+    return _compare_and_print(req.compare_request(*(r.run_id for r in runs)))
 
 
 @app.command()

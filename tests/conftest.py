@@ -9,6 +9,9 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
+# A runtime_env Ray cannot build fails at the first attempt (Ray's default tries 3 times, ~15 s each on 2 cores;
+# the local Ray's agent reads it when the tests start it: test_versions_ray.py)
+os.environ.setdefault("RUNTIME_ENV_RETRY_TIMES", "1")
 
 
 @pytest.fixture(scope="session")

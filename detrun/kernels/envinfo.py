@@ -40,6 +40,36 @@ def check_sglang(spec) -> str:
     return have
 
 
+def version_name(spec) -> str:
+    """The rows' `version`: the name of the one versions: environment a task's spec has ("" without)."""
+    from ..spec.versions import environments
+
+    envs = environments(spec)
+    return envs[0].name if len(envs) == 1 else ""
+
+
+def check_version(spec) -> str:
+    """The job's versions: environment this task runs in ("" without versions:), when the installed distribution
+    is that version (Ray's runtime_env installed it first on sys.path: what an import loads); else
+    VersionMismatch (an environment error: exit 2, no rows of another version)."""
+    from ..spec.versions import environments
+    from .backends.base import VersionMismatch
+
+    envs = environments(spec)
+    if not envs:
+        return ""
+    if len(envs) > 1:
+        raise VersionMismatch(f"versions: a task runs one environment, the spec names {len(envs)} "
+                              f"({', '.join(e.name for e in envs)})")
+    env = envs[0]
+    have = installed_version(env.distribution)
+    if have != env.version:
+        found = f"{env.distribution} {have}" if have else f"no {env.distribution}"
+        raise VersionMismatch(f"versions: the task's environment {env.name} has {found} installed "
+                              "(its Ray runtime_env did not install it)")
+    return env.name
+
+
 def _driver() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

@@ -40,6 +40,7 @@ class Manifest(_Required, total=False):
     accelerator_type: Optional[str]
     submission_id: str  # the Jobs API submission whose driver wrote it, and where
     job_address: str
+    environment: Dict[str, Any]  # a job with versions: the environment its tasks ran in (spec/versions.py manifest())
 
 
 class SubmissionRecord(TypedDict):

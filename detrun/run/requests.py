@@ -29,9 +29,9 @@ class SubmitRequest:
     jit_cache: bool = True
     verbose: bool = False  # Ray's own notices and the tasks' output on stderr (run/raylog.py)
 
-    def compare_request(self, run_id: str) -> CompareRequest:
-        """The comparison that ends the run."""
-        return CompareRequest((run_id,), self.runs_root, self.claims, self.junit)
+    def compare_request(self, *run_ids: str) -> CompareRequest:
+        """The comparison that ends the run (a job with versions: its runs, one per environment, together)."""
+        return CompareRequest(run_ids, self.runs_root, self.claims, self.junit)
 
 
 @dataclass(frozen=True)

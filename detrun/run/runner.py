@@ -26,6 +26,7 @@ from ..record.status import RunStatus, Status
 from ..record.task import TaskResult
 from ..spec.matrix import Shard, cells_for, check_size, shards
 from ..spec.model import JobSpec
+from ..spec.versions import environments
 from ..store.manifests import new_run_id
 from ..store.runs import RunStore
 from . import faults
@@ -89,6 +90,30 @@ def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] =
     context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
     return start_shard(spec_data, shard, run_id, context, force), {"task_entered_unix": entered,
                                                                    "import_s": imported}
+
+
+def task_runtime_env(spec: JobSpec) -> dict:
+    """A task's Ray runtime_env: the job's env flags, and its versions: environment's pip install (one per run:
+    submission.py gives each environment a run of its own)."""
+    envs = environments(spec)
+    if len(envs) > 1:
+        raise DetrunError(f"versions: a run runs one environment, the spec names {len(envs)}; "
+                          "detrun submit runs each in a run of its own")
+    return {"env_vars": dict(spec.env), **(envs[0].runtime_env() if envs else {})}
+
+
+def not_installed(spec: JobSpec, exc: Exception) -> DetrunError:
+    """Ray could not build a task's runtime_env (RuntimeEnvSetupError): one error naming the version (exit 2)."""
+    envs = environments(spec)
+    what = f"versions: {envs[0].name} cannot be installed" if envs else "the task's runtime_env cannot be set up"
+    return DetrunError(f"{what}: {install_failure(exc)}")
+
+
+def install_failure(exc: Exception) -> str:
+    """The line of a RuntimeEnvSetupError that says why (pip's ERROR line when there is one)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    pip = [line for line in lines if line.startswith("ERROR:")]
+    return first_line(exc, typed=False, limit=500, text=(pip or lines[-1:] or [""])[0])
 
 
 def local_gpu_count() -> int:
@@ -264,7 +289,7 @@ class _ShardRun:
         return self.result
 
     def _loop(self, pg) -> None:
-        self.pg, self.env = pg, {"env_vars": dict(self.spec.env)}
+        self.pg, self.env = pg, task_runtime_env(self.spec)
         for bundle in self.queues:
             self._launch(bundle)
         while self.pending:
@@ -316,6 +341,8 @@ class _ShardRun:
             why = f"its shard's process died ({failure_line(exc)})"
             return self._isolate(shard, None, [Isolated(shard, c, "crashed", why)
                                                for c in cells_for(self.spec, shard.repeats)], bundle)
+        except ray.exceptions.RuntimeEnvSetupError as exc:
+            raise not_installed(self.spec, exc) from None
         except ray.exceptions.RayError as exc:
             return self._fail(shard, f"{type(exc).__name__}: {failure_line(exc)}")
         driver = {"submitted_unix": self.submitted_unix.get(shard.shard_id), "ready_unix": ready,
@@ -383,6 +410,8 @@ class _ShardRun:
         try:
             out = ray.get(next(gen) if ref is None else ref)
             rows, blobs, timings = finished_rows(item, out["rows"]), out["blobs"], out.get("timings")
+        except ray.exceptions.RuntimeEnvSetupError as exc:
+            raise not_installed(self.spec, exc) from None
         except ray.exceptions.RayError as exc:
             rows = lost_rows(self.spec, self.run_id, item,
                              f"its process died ({type(exc).__name__}: {failure_line(exc)})")

@@ -76,6 +76,19 @@ class Ran:
     devices: Tuple[str, ...] = ()  # what the tasks ran on (rows' gpu_name: cpu:<machine> or the GPU's name)
 
 
+@dataclass(frozen=True)
+class Versioned:
+    """A job with versions: driven from here: one run per environment, in the job's order; the comparison that
+    ends it is req.compare_request(*run_ids)."""
+
+    runs: Tuple[Ran, ...]
+    setup_s: Mapping[str, float]  # environment name -> seconds until Ray had built it (all built at once)
+
+    @property
+    def run_ids(self) -> Tuple[str, ...]:
+        return tuple(r.run_id for r in self.runs)
+
+
 def parse_gpus(value: str) -> Optional[int]:
     """--gpus: None for all, else a positive number."""
     if value == "all":
@@ -129,10 +142,11 @@ def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> Jo
     return JobPlan(cast(str, req.address), job, submission_id, req.working_dir)  # an http:// address
 
 
-def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submitted, Ran]:
+def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submitted, Ran, Versioned]:
     """Check req, then submit it as a Ray job (http:// address) or run it here; see the module docstring."""
     from ..spec.matrix import check_size
     from ..spec.model import load_spec
+    from ..spec.versions import check_wheelhouse, environments
     from .jobs import is_jobs_address
     from .resume import resume_plan
 
@@ -153,11 +167,15 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
     store.check_writable("--runs-root")  # all before Ray starts
     run_id = req.resume or req.run_id or new_run_id(cast("JobSpec", spec).name)  # no --resume: a spec
     todo = resume_plan(store, req.resume) if req.resume else None  # a run with nothing missing: exit 2
-    if req.run_id is not None:
-        store.check_new_run(req.run_id, "--run-id")
+    envs = environments(spec) if spec else []
+    for one in [f"{run_id}-{e.tag}" for e in envs] or [run_id] * (req.run_id is not None):
+        store.check_new_run(check_run_id(one, "--run-id"), "--run-id")
     req.claims.checks()  # a bad --expect fails here too, before Ray starts
     if is_jobs_address(req.address):
-        return send(plan_job(req, run_id), store)
+        return send(plan_job(req, run_id), store)  # the job's driver splits the environments (and checks them)
+    check_wheelhouse(envs)
+    if envs:
+        return _run_versions(req, store, cast("JobSpec", spec), run_id, slots, progress)
     return _run_here(req, store, spec, run_id, slots, progress, todo)
 
 
@@ -170,15 +188,37 @@ def send(plan: JobPlan, store: RunStore) -> Submitted:
     return Submitted(plan)
 
 
+def _run_versions(req: SubmitRequest, store: RunStore, spec: "JobSpec", run_id: str, gpus: Optional[int],
+                  progress: Progress) -> Versioned:
+    """One run per versions: environment (run id <run_id>-<environment tag>), every environment built by Ray
+    first (a version that cannot be installed: exit 2 before any run); the runs one after another, each on
+    every GPU slot (a run's placement group holds them all)."""
+    from ..spec.model import spec_from_dict
+    from ..spec.versions import environments, pin
+    from . import runner
+    from .environments import prepare
+
+    envs = environments(spec)
+    runner.connect(req.address, gpus, req.accelerator_type, req.verbose)
+    setup_s = prepare(envs)
+    data = spec.model_dump(mode="json")
+    runs = tuple(_run_here(req, store, spec_from_dict(pin(data, [e.name]), f"versions {e.name}"), f"{run_id}-{e.tag}",
+                           gpus, progress, environment=dict(e.manifest(), setup_s=setup_s[e.name])) for e in envs)
+    return Versioned(runs, setup_s)
+
+
 def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Optional[int],
-              progress: Progress, todo: Optional[Tuple["JobSpec", list]] = None) -> Ran:
+              progress: Progress, todo: Optional[Tuple["JobSpec", list]] = None,
+              environment: Optional[dict] = None) -> Ran:
     from . import runner
     from .jitcache import cache_root
     from .jobs import ADDRESS_ENV, SUBMISSION_ENV
 
     started = time.perf_counter()
-    extra = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV), ("job_address", ADDRESS_ENV))
-             if v in os.environ}
+    extra: dict = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV),
+                                                          ("job_address", ADDRESS_ENV)) if v in os.environ}
+    if environment:
+        extra["environment"] = environment  # the versions: environment its tasks ran in
     accelerator_type = req.accelerator_type
     if req.resume:
         accelerator_type = accelerator_type or store.manifest(req.resume).get("accelerator_type")

@@ -62,8 +62,10 @@ def import_flashinfer(stages: Optional[Stages] = None) -> None:
 def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
     """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
     flashinfer, which must import (load): never a silent fallback. sglang needs CUDA, flashinfer and the SGLang
-    the job names. Raises BackendUnavailable (EnvironmentMismatch for another SGLang)."""
+    the job names. Raises BackendUnavailable (EnvironmentMismatch for another SGLang, or another version than
+    the task's versions: environment)."""
     asked = spec.backend
+    envinfo.check_version(spec)  # the versions: environment first: another version is exit 2 on any backend
     if asked == "reference":
         return "reference", ""
     if asked == "sglang":  # the environment first: another SGLang is exit 2 wherever the task runs
@@ -162,7 +164,7 @@ class ShardRunner:
                                       sglang=envinfo.installed_sglang() if spec.backend == "sglang" else "")
         # use_paged: the flag as the backend read it (backend sglang: as SGLang read it, FB:453)
         self.common = dict(run_id=run_id, slot=shard.slot, shard=shard.shard_id,
-                           backend=self.backend_name,
+                           backend=self.backend_name, version=envinfo.version_name(spec),
                            use_paged=self.backend.use_paged if self.backend else self.flags.use_paged,
                            knobs=json.dumps(effective_knobs(spec, self.flags), sort_keys=True),
                            pid=os.getpid(), **context, **env)

@@ -33,7 +33,7 @@ KNOWN: Dict[str, Tuple[str, str]] = {"flashinfer": ("flashinfer-python", "flashi
 OPTIONS = ("wheelhouse", "with", "deps")  # the other keys of `versions:`
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ALL = "all"
-PIP_DEFAULTS = ["--disable-pip-version-check", "--no-cache-dir"]  # Ray's own defaults, kept
+PIP_DEFAULTS = ["--disable-pip-version-check", "--no-cache-dir", "--no-compile"]  # Ray's two, and no .pyc
 
 
 def distribution(package: str) -> str:

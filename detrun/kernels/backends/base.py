@@ -39,6 +39,10 @@ class SGLangVersionMismatch(EnvironmentMismatch):
     """The installed SGLang is not the version the job names (an environment error: exit 2)."""
 
 
+class VersionMismatch(EnvironmentMismatch):
+    """The task imports another version than its `versions:` environment's (an environment error: exit 2)."""
+
+
 class KnownBug(Exception):
     """A known upstream defect hit by this cell (recorded with the reason; never a pass)."""
 

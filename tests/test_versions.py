@@ -1,5 +1,6 @@
 """`versions:` in a job (detrun/spec/versions.py): the spec form, the environments and their Ray runtime_env,
-the wheelhouse check, pin. No Ray: tests/test_versions_ray.py installs real versions through Ray."""
+the wheelhouse check, pin; submit's checks before Ray; the task's version check and the rows' `version`.
+No Ray: tests/test_versions_ray.py installs real versions through Ray."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import pytest
 import yaml
 
 from detrun.errors import DetrunError
+from detrun.kernels import envinfo
+from detrun.kernels.backends.base import VersionMismatch
+from detrun.run.runner import task_runtime_env
 from detrun.spec.model import load_spec, spec_from_dict
 from detrun.spec.versions import check_wheelhouse, environments, pin
-from tests.helpers import small
+from detrun.store.runs import RunStore
+from tests.helpers import TINY, cli_error, job_file, run_inline, small
 
 FI = ["0.6.7.post3", "0.7.2.post1"]
 
@@ -131,3 +136,52 @@ def test_pin_refuses_a_name_the_job_does_not_list(names, message):
         pin(small(versions={"sglang": ["0.5.11", "0.5.23"]}), names)
     with pytest.raises(DetrunError, match="has no versions"):
         pin(small(), ["sglang==0.5.11"])
+
+
+def test_a_version_missing_from_the_wheelhouse_stops_submit_before_ray(tmp_path, capsys, no_ray):
+    home = touch_wheels(tmp_path / "w", "sglang-0.5.11-py3-none-any.whl")
+    job = job_file(tmp_path, **TINY, versions={"sglang": ["0.5.11", "0.5.12"], "wheelhouse": "w"})
+    code, line = cli_error(capsys, "submit", job, "--runs-root", str(tmp_path / "runs"))
+    assert code == 2
+    assert line == (f"detrun: error: versions: sglang==0.5.12 cannot be installed: no wheel of sglang==0.5.12 in the "
+                    f"wheelhouse {home}")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_taken_run_id_of_an_environment_is_refused_before_ray(tmp_path, capsys, no_ray):
+    touch_wheels(tmp_path / "w", "sglang-0.5.11-py3-none-any.whl", "sglang-0.5.23-py3-none-any.whl")
+    job = job_file(tmp_path, **TINY, versions={"sglang": ["0.5.11", "0.5.23"], "wheelhouse": "w"})
+    RunStore(str(tmp_path / "runs")).create_run("v-sglang-0.5.23", small(), 1)
+    code, line = cli_error(capsys, "submit", job, "--run-id", "v", "--runs-root", str(tmp_path / "runs"))
+    assert code == 2 and "--run-id v-sglang-0.5.23: run v-sglang-0.5.23 already exists" in line
+
+
+def test_a_task_runs_in_its_environments_pip_install_with_the_jobs_flags():
+    plain = spec_from_dict(small())
+    assert task_runtime_env(plain) == {"env_vars": {"SGLANG_FLASHINFER_USE_PAGED": "1"}}  # as without versions
+    one = spec_from_dict(small(versions={"sglang": ["0.5.11"], "wheelhouse": "/w"}))
+    env = task_runtime_env(one)
+    assert env["env_vars"] == {"SGLANG_FLASHINFER_USE_PAGED": "1"}
+    assert env["pip"] == environments(one)[0].runtime_env()["pip"]
+    with pytest.raises(DetrunError, match="a run runs one environment, the spec names 2"):
+        task_runtime_env(spec_from_dict(small(versions={"sglang": ["0.5.11", "0.5.23"]})))
+
+
+def test_a_task_that_imports_another_version_is_an_environment_error(store, monkeypatch):
+    monkeypatch.setattr(envinfo, "installed_version", lambda dist: {"sglang": "0.5.23"}.get(dist, ""))
+    spec = spec_from_dict(small(versions={"sglang": ["0.5.11"]}))
+    with pytest.raises(VersionMismatch, match="environment sglang==0.5.11 has sglang 0.5.23 installed"):
+        envinfo.check_version(spec)
+    assert envinfo.check_version(spec_from_dict(small(versions={"sglang": ["0.5.23"]}))) == "sglang==0.5.23"
+    assert envinfo.check_version(spec_from_dict(small())) == ""
+    with pytest.raises(DetrunError, match="sglang==0.5.11 has sglang 0.5.23 installed"):  # no rows, exit 2
+        run_inline(store, small(**TINY, versions={"sglang": ["0.5.11"]}), "r")
+    assert store.read_rows(["r"]).num_rows == 0
+
+
+def test_the_rows_of_an_environment_record_its_name(store, monkeypatch):
+    monkeypatch.setattr(envinfo, "installed_version", lambda dist: {"sglang": "0.5.23"}.get(dist, ""))
+    run_inline(store, small(**TINY, versions={"sglang": ["0.5.23"]}), "r")
+    run_inline(store, small(**TINY), "plain")
+    assert {r["version"] for r in store.read_rows(["r"]).to_pylist()} == {"sglang==0.5.23"}
+    assert {r["version"] for r in store.read_rows(["plain"]).to_pylist()} == {""}
