@@ -77,9 +77,12 @@ def test_history_names_first_differing_run(store):
 def _versioned(store, run_id: str, version: str, broken: bool = False, **row) -> str:
     """A run of small(**TINY) whose rows say they ran in the versions: environment `version` (and row's fields);
     broken: one output flipped by one ULP (its batch claim breaks)."""
-    package, _, release = version.partition("==")
-    pinned = {"versions": {package: [release]}} if version else {}  # a run of the job pinned to its version
-    run_inline(store, small(**TINY, **pinned), run_id)
+    run_inline(store, small(**TINY), run_id)  # here, without the version's runtime_env; stored as submit stores it:
+    if version:  # the job pinned to its version, the rows marked with it
+        package, _, release = version.partition("==")
+        manifest = store.manifest(run_id)
+        manifest["spec"]["versions"] = {package: [release]}
+        store.write_manifest(manifest)
     rewrite_rows(store, run_id, lambda r: r.update(version=version, **row))
     if broken:
         flip_one_ulp(store, run_id, is_alone_target)
