@@ -185,3 +185,15 @@ def test_the_rows_of_an_environment_record_its_name(store, monkeypatch):
     run_inline(store, small(**TINY), "plain")
     assert {r["version"] for r in store.read_rows(["r"]).to_pylist()} == {"sglang==0.5.23"}
     assert {r["version"] for r in store.read_rows(["plain"]).to_pylist()} == {""}
+
+
+def test_with_per_version_pins_each_environment_and_pin_keeps_its_versions_own():
+    pins = {"0.6.7.post3": ["apache-tvm-ffi==0.1.9"], "0.7.2.post1": ["apache-tvm-ffi==0.1.15.post2"]}
+    data = small(versions={"flashinfer": FI, "with": pins})
+    envs = environments(spec_from_dict(data))
+    assert [e.requirements for e in envs] == [("flashinfer-python==0.6.7.post3", "apache-tvm-ffi==0.1.9"),
+                                             ("flashinfer-python==0.7.2.post1", "apache-tvm-ffi==0.1.15.post2")]
+    assert spec_from_dict(data).model_dump(mode="json")["versions"]["with"] == pins
+    assert pin(data, ["flashinfer==0.7.2.post1"])["versions"]["with"] == {"0.7.2.post1": pins["0.7.2.post1"]}
+    with pytest.raises(DetrunError, match="with: 0.7.3 is not one of the versions of flashinfer"):
+        spec_from_dict(small(versions={"flashinfer": FI, "with": {"0.7.3": ["x==1"]}}))

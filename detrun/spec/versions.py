@@ -5,7 +5,8 @@ for a run of its own (run/versions.py submits them together).
       flashinfer: [0.6.7.post3, 0.7.2.post1]   # the varied package (flashinfer, sglang or a distribution name),
                                                # oldest first; or `all`: every version of it in the wheelhouse
       wheelhouse: wheels/                      # optional: pip --no-index --find-links DIR (relative to the job file)
-      with: ["flashinfer-cubin=={version}"]    # optional fixed extra pins ({version}: the environment's)
+      with: ["flashinfer-cubin=={version}"]    # optional fixed extra pins ({version}: the environment's), or
+                                               # per version: {0.6.7.post3: [apache-tvm-ffi==0.1.9], ...}
       deps: false                              # default: --no-deps --ignore-installed (only the listed pins change)
 
 A validated spec dumps `versions` in this same form, so a stored spec validates to itself and `pin` writes a
@@ -49,7 +50,7 @@ class Versions(BaseModel):
     package: str
     releases: Union[List[str], Literal["all"]]
     wheelhouse: Optional[str] = None
-    with_: List[str] = Field(default_factory=list)
+    with_: Union[List[str], Dict[str, List[str]]] = Field(default_factory=list)  # all versions', or per version
     deps: bool = False
 
     @model_validator(mode="before")
@@ -74,7 +75,7 @@ class Versions(BaseModel):
         if self.wheelhouse is not None:
             out["wheelhouse"] = self.wheelhouse
         if self.with_:
-            out["with"] = list(self.with_)
+            out["with"] = dict(self.with_) if isinstance(self.with_, dict) else list(self.with_)
         if self.deps:
             out["deps"] = True
         return out
@@ -102,12 +103,24 @@ class Versions(BaseModel):
         for older, newer in zip(releases, releases[1:]):
             if Version(older) >= Version(newer):
                 raise ValueError(f"{self.package}: versions are listed oldest first, each once ({older} then {newer})")
-        for pin in self.with_:
+        if isinstance(self.with_, dict):
+            for version in self.with_:
+                if not isinstance(self.releases, str) and version not in releases:
+                    raise ValueError(f"with: {version} is not one of the versions of {self.package}")
+        for pin in self.extra_pins():
             try:
                 Requirement(pin.replace("{version}", "0"))
             except InvalidRequirement:
                 raise ValueError(f"with: {pin!r} is not a requirement (e.g. flashinfer-cubin=={{version}})") from None
         return self
+
+    def extra_pins(self, version: Optional[str] = None) -> List[str]:
+        """with:'s pins for a version ({version} filled), or every pin as written (None)."""
+        if isinstance(self.with_, dict):
+            pins = [p for v, ps in self.with_.items() if version in (None, v) for p in ps]
+        else:
+            pins = list(self.with_)
+        return pins if version is None else [p.replace("{version}", version) for p in pins]
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,7 @@ def environments(spec: Any) -> List["VersionEnv"]:
     if not versions.deps:
         options += ["--no-deps", "--ignore-installed"]
     return [VersionEnv(f"{versions.package}=={v}", versions.package, v, dist,
-                       (f"{dist}=={v}", *(p.replace("{version}", v) for p in versions.with_)),
+                       (f"{dist}=={v}", *versions.extra_pins(v)),
                        tuple(options), wheelhouse) for v in releases]
 
 
@@ -242,6 +255,8 @@ def pin(spec_dict: dict, names: Sequence[str]) -> dict:
     order = listed if listed is not None else sorted(set(chosen), key=Version)
     kept = [v for v in order if v in chosen]
     out = copy.deepcopy(spec_dict)
+    pins = ({v: p for v, p in versions.with_.items() if v in kept} if isinstance(versions.with_, dict)
+            else list(versions.with_))
     out["versions"] = Versions(package=versions.package, releases=kept, wheelhouse=versions.wheelhouse,
-                               with_=list(versions.with_), deps=versions.deps).model_dump()
+                               with_=pins, deps=versions.deps).model_dump()
     return out

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# flashinfer 0.6.7.post3 and 0.7.2.post1 side by side in ONE `detrun submit`: jobs/paged.yaml with
+#   versions: {flashinfer: [0.6.7.post3, 0.7.2.post1], wheelhouse: /tmp/wheelhouse, with: {<v>: [its tvm-ffi]}}
+# Ray's runtime_env `pip` installs each version into a virtualenv of its own (--no-index --find-links, --no-deps),
+# one run per version (runs/paged-v-flashinfer-<v>), then the runs are compared together; plan_diff shows what
+# the planner chose differently. ~3-4 min on a fresh machine (two FA2 JITs ~20 s each).
+#   bash scripts/pack-device-wheels.sh && bash scripts/pack-device-wheels.sh 0.7.2.post1 && bash scripts/pack-versions.sh
+#   (device, carrying .whl and .whl-versions: ~62 MB) bash scripts/gpu_versions.sh
+# No flashinfer and no tvm-ffi go on PYTHONPATH: a PYTHONPATH entry comes before a virtualenv's site-packages, so
+# one there would shadow each run's own (the task's version check would then stop the run, exit 2).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-230}
+# The base site: .whl's wheels and Ray, and virtualenv (Ray's pip runs `python -m virtualenv`), without flashinfer
+mkdir -p .whl-base
+for f in .whl/* .whl-versions/*.whl; do
+  case $(basename "$f") in flashinfer_python-*|apache_tvm_ffi-*) ;; *) ln -sf "$PWD/$f" .whl-base/ ;; esac
+done
+export DETRUN_WHL=.whl-base
+source scripts/device_setup.sh
+echo "== base site installed in $(elapsed) s"
+# The wheelhouse: 0.6.7.post3's wheel as packed; 0.7.2.post1's carried tree zipped back into a wheel (the same files
+# pack-device-wheels.sh kept, with a RECORD of them): pip installs both the same way
+WH=/tmp/wheelhouse
+if [[ ! -d $WH ]]; then
+  mkdir -p $WH /tmp/fi-0.7.2.post1
+  cp .whl/flashinfer_python-0.6.7.post3-*.whl .whl/apache_tvm_ffi-0.1.9-*.whl .whl-versions/apache_tvm_ffi-0.1.15.post2-*.whl $WH/
+  tar -C /tmp/fi-0.7.2.post1 -xJf .whl-versions/flashinfer.tar.xz
+  python3 scripts/wheel_from_tree.py /tmp/fi-0.7.2.post1 $WH
+fi
+ls -la $WH
+echo "== wheelhouse at $(elapsed) s"
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
+python3 -c "import importlib.util as u; print('flashinfer on PYTHONPATH:', u.find_spec('flashinfer') is not None)"
+start_ray
+VERSIONS='{flashinfer: [0.6.7.post3, 0.7.2.post1], wheelhouse: /tmp/wheelhouse,
+           with: {0.6.7.post3: [apache-tvm-ffi==0.1.9], 0.7.2.post1: [apache-tvm-ffi==0.1.15.post2]}}'
+submit paged-v jobs/paged.yaml --set "versions=$VERSIONS"
+A=paged-v-flashinfer-0.6.7.post3 B=paged-v-flashinfer-0.7.2.post1
+python3 - "$A" "$B" <<'PY' | tee "$OUT/environments.txt"
+import json, sys
+for run in sys.argv[1:]:
+    try:
+        m = json.load(open(f"runs/{run}/manifest.json"))
+    except OSError:
+        print(run, "no manifest"); continue
+    import pyarrow.parquet as pq, glob
+    rows = [r for f in glob.glob(f"runs/{run}/rows/*.parquet")
+            for r in pq.read_table(f, columns=["version", "flashinfer", "status"]).to_pylist()]
+    seen = sorted({(r["version"], r["flashinfer"], r["status"]) for r in rows})
+    print(run, m["status"], "environment", json.dumps(m.get("environment")), "rows", len(rows), "(version, flashinfer, status):", seen)
+PY
+if [[ -d runs/$A && -d runs/$B ]]; then
+  python3 -m detrun.cli compare "$A" "$B" --runs-root runs --format json > "$OUT/compare-versions.json"
+  echo "== compare --format json exit $? (in compare-versions.json)"
+  python3 scripts/plan_diff.py "$A" "$B" --runs-root runs
+fi
+for r in "$A" "$B"; do [[ -d runs/$r ]] && python3 -m detrun.cli timings "$r" --runs-root runs; done
+stop_ray
+tar czf "$OUT/runs-versions.tgz" runs/paged-v-*/manifest.json runs/paged-v-*/rows runs/paged-v-*/timings 2>/dev/null
+cp /tmp/ray/session_latest/logs/runtime_env_setup-*.log "$OUT/" 2>/dev/null
+echo "== total $(elapsed) s"
