@@ -197,7 +197,7 @@ def test_bisect_command_prints_each_version_and_the_break(capsys, store, tmp_pat
     assert lines[0].startswith("flashinfer==0.7.0: held (run job-flashinfer-0.7.0): REPRODUCIBLE (exit 0)")
     assert lines[1].startswith("flashinfer==0.7.2: broke (run job-flashinfer-0.7.2): DETERMINISM FAILURE (exit 1)")
     assert lines[2].startswith("flashinfer==0.7.1: held")
-    assert lines[3] == ("bisect small over 3 versions, 3 run: first broke at flashinfer==0.7.2 (run "
+    assert lines[3] == ("bisect small over 3 versions, 3 runs: first broke at flashinfer==0.7.2 (run "
                         "job-flashinfer-0.7.2); last held at flashinfer==0.7.1 (run job-flashinfer-0.7.1)")
     assert f"wrote {out}: the job pinned to the two versions; reproduce it with: detrun submit {out}" in text
     # the range does not bracket a break: exit 2, both verdicts shown

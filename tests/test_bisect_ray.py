@@ -61,7 +61,7 @@ def test_real_versions_that_both_hold_do_not_bracket_a_break(ray_2gpu, tmp_path,
     assert doc["written"] is None and not out.exists()
     code, text, err = cli_main(capsys, *args, "--no-expect-break")
     assert code == 0, err
-    assert text.splitlines()[-1].startswith("bisect small over 2 versions, 2 run: no break: the first "
+    assert text.splitlines()[-1].startswith("bisect small over 2 versions, 2 runs: no break: the first "
                                             "(sglang==0.5.11) and the last (sglang==0.5.23) version both held")
 
 

@@ -76,7 +76,7 @@ def bisect_probe(probe) -> str:
 def bisected(found) -> List[str]:
     """What detrun bisect found (run.bisect.Bisected): the outcome, the two versions, what changed, the job."""
     s = found.search
-    out = [f"bisect {found.job} over {len(s.versions)} versions, {len(s.probes)} run: {s.outcome}"]
+    out = [f"bisect {found.job} over {len(s.versions)} versions, {len(s.probes)} runs: {s.outcome}"]
     if s.good is None or s.bad is None:
         return out
     out += [f"  last held:   {s.good.version} (run {s.good.run_id})",
