@@ -8,28 +8,21 @@ changed there and the job written are tested with injected probes over stored ru
 CPU job through the task path runs SGLang's own backend (it needs FlashInfer's wrappers), so no real release
 changes a CPU row.
 
-Needs the wheels in .wheelhouse/ (tests/test_versions_ray.py's: python3 -m pip download --no-deps sglang==0.5.11
--d .wheelhouse, and 0.5.23); without CI=true a machine without them skips this file.
+Needs the wheels in .wheelhouse/ that tests/test_versions_ray.py needs (python3 -m pip download --no-deps
+sglang==0.5.11 -d .wheelhouse, and 0.5.23); without CI=true a machine without them skips both files.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from detrun.store.runs import RunStore
-from tests.helpers import ROOT, TINY, cli_main, small
-
-WHEELHOUSE = ROOT / ".wheelhouse"
-RELEASES = ["0.5.11", "0.5.23"]
-HAVE = all(any(WHEELHOUSE.glob(f"sglang-{v}-*.whl")) for v in RELEASES)
-if not HAVE and not os.environ.get("CI"):
-    pytest.skip("python3 -m pip download --no-deps sglang==0.5.11 -d .wheelhouse (and 0.5.23)",
-                allow_module_level=True)
+from tests.helpers import TINY, cli_main, small
+from tests.test_versions_ray import HAVE, RELEASES, WHEELHOUSE  # its wheels (it skips, and so this file, without)
 
 pytestmark = pytest.mark.slow  # Ray's pip builds a virtualenv per version (~15-25 s each on 2 cores)
 

@@ -308,7 +308,8 @@ def bisect_job(req: BisectRequest, probe: Optional[Probe] = None,
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")
     data = spec.model_dump(mode="json", exclude_defaults=True)
-    version_axis = VERSION_AXIS in {**spec_levels(data), **req.claims.checks().expect}
+    checks = req.claims.checks()
+    version_axis = VERSION_AXIS in {**spec_levels(data), **checks.expect} or checks.strict
     found = search(versions, probe or _submit_probe(req, data, store, version_axis), req.expect_break, on_probe)
     if found.good is None or found.bad is None:
         return Bisected(spec.name, found)
