@@ -269,3 +269,17 @@ def test_the_submit_probe_pins_each_version_and_judges_it_beside_the_known_good(
     for name, _ in submitted:  # each probe's job: the job pinned to its version, beside the output
         assert [e.name for e in environments(load_spec(output_path(str(out), name)))] == [name]
     assert found.command == f"detrun submit {out} --runs-root {tmp_path / 'runs'} --expect version=bitwise"
+
+
+def test_a_run_that_checked_nothing_stops_the_bisect(store):
+    from detrun.judge.baseline import verdict_of
+    from tests.helpers import TINY, run_inline, small
+
+    run_inline(store, small(**TINY, expect={"repeat": "bitwise"}), "one-repeat")  # repeat claimed, one repeat run
+
+    def probe(version, good):
+        return Probed.of(version, "one-repeat", verdict_of(store, ["one-repeat"]))
+
+    with pytest.raises(DetrunError, match=r"^bisect stopped at sglang==0.5.10: run one-repeat is NOT VERIFIED "
+                                          r"\(exit 1\); repeat claimed bitwise, but nothing was compared"):
+        search(VERSIONS[:3], probe)
