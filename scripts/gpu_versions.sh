@@ -31,7 +31,9 @@ fi
 ls -la $WH
 echo "== wheelhouse at $(elapsed) s"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
-python3 -c "import importlib.util as u; print('flashinfer on PYTHONPATH:', u.find_spec('flashinfer') is not None)"
+# Ray's pip: `python -m virtualenv --system-site-packages` (or, when this Python is itself a virtualenv, a copy of it)
+python3 -c "import sys, importlib.util as u; print('python', sys.executable, 'in a virtualenv:', sys.prefix != sys.base_prefix,
+  '| virtualenv:', u.find_spec('virtualenv') is not None, '| flashinfer on PYTHONPATH:', u.find_spec('flashinfer') is not None)"
 start_ray
 VERSIONS='{flashinfer: [0.6.7.post3, 0.7.2.post1], wheelhouse: /tmp/wheelhouse,
            with: {0.6.7.post3: [apache-tvm-ffi==0.1.9], 0.7.2.post1: [apache-tvm-ffi==0.1.15.post2]}}'

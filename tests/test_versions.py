@@ -80,6 +80,8 @@ def test_all_is_every_version_of_the_package_in_the_wheelhouse_oldest_first(tmp_
     ({"wheelhouse": "/w"}, "found none"),
     ({"flashinfer": "all"}, "all needs a wheelhouse"),
     ({"flashinfer": FI, "with": ["?? bad"]}, "is not a requirement"),
+    ({"sglang": [0.10, "0.11"]}, "0.1 is a number in YAML"),
+    ({"sglang": ["0.10"], "with": {0.10: ["x==1"]}}, "0.1 is a number in YAML"),
 ])
 def test_a_bad_versions_field_is_one_error_naming_it(versions, message):
     with pytest.raises(DetrunError, match=message) as err:

@@ -1,5 +1,5 @@
 """`versions:` in a job: one package at several versions, each installed by Ray's runtime_env `pip` field
-for a run of its own (run/versions.py submits them together).
+for a run of its own (run/submission.py submits them, run/environments.py builds them first).
 
     versions:
       flashinfer: [0.6.7.post3, 0.7.2.post1]   # the varied package (flashinfer, sglang or a distribution name),
@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serial
 
 from ..errors import DetrunError
 
-# The job's short names for the packages detrun knows: (pip distribution, import module).
-KNOWN: Dict[str, Tuple[str, str]] = {"flashinfer": ("flashinfer-python", "flashinfer"), "sglang": ("sglang", "sglang")}
+# The job's short names for the pip distributions detrun knows (another name is the distribution itself).
+KNOWN: Dict[str, str] = {"flashinfer": "flashinfer-python"}
 OPTIONS = ("wheelhouse", "with", "deps")  # the other keys of `versions:`
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ALL = "all"
@@ -39,7 +39,7 @@ PIP_DEFAULTS = ["--disable-pip-version-check", "--no-cache-dir", "--no-compile"]
 
 def distribution(package: str) -> str:
     """The pip distribution a job's package name installs (flashinfer: flashinfer-python)."""
-    return KNOWN.get(package, (package, ""))[0]
+    return KNOWN.get(package, package)
 
 
 class Versions(BaseModel):
@@ -64,6 +64,12 @@ class Versions(BaseModel):
             found = f"found {', '.join(map(str, varied))}" if varied else "found none"
             raise ValueError(f"name one package and its versions, e.g. flashinfer: [0.6.7.post3, 0.7.2.post1] "
                              f"({found}; other keys: {', '.join(OPTIONS)})")
+        listed = data[varied[0]] if isinstance(data[varied[0]], list) else []
+        pins = data.get("with")
+        for item in [*listed, *(pins if isinstance(pins, dict) else [])]:
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                raise ValueError(f"{varied[0]}: {item!r} is a number in YAML (0.10 reads as 0.1): quote each version, "
+                                 "e.g. \"0.10\"")
         out = {k: v for k, v in data.items() if k in OPTIONS and k != "with"}
         if "with" in data:
             out["with_"] = data["with"]
