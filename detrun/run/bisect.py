@@ -304,11 +304,10 @@ def bisect_job(req: BisectRequest, probe: Optional[Probe] = None,
         raise DetrunError(f"{req.spec_path}: the job has no versions: to bisect (e.g. versions: {{sglang: "
                           "[0.5.11, 0.5.12, 0.5.23]}, or a wheelhouse directory)")
     versions = resolve(req.versions, known)
-    req.claims.checks()  # a bad --expect before the first run
+    checks = req.claims.checks()  # a bad --expect before the first run
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")
     data = spec.model_dump(mode="json", exclude_defaults=True)
-    checks = req.claims.checks()
     version_axis = VERSION_AXIS in {**spec_levels(data), **checks.expect} or checks.strict
     found = search(versions, probe or _submit_probe(req, data, store, version_axis), req.expect_break, on_probe)
     if found.good is None or found.bad is None:
