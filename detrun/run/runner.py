@@ -209,6 +209,7 @@ def submit(
     options.on_progress = on_progress or options.on_progress
     run_id = run_id or new_run_id(spec.name)
     check_size(spec, gpus)
+    task_runtime_env(spec)  # one versions: environment at most (submission.py splits a job's), before the run exists
     spec_data = spec.model_dump(mode="json")
     store.create_run(run_id, spec_data, gpus, spec_path, accelerator_type=options.accelerator_type,
                      **(manifest_extra or {}))
