@@ -3,7 +3,8 @@
 The rows of every run are read once as integer codes (columnar.py) and compared as arrays. A case is
 compared only with earlier runs of the same job (spec name and a hash of what defines its cells) and
 fingerprint: for each (job, case, request, mode, phase, fingerprint) each run's set of digests is compared with
-the earliest run's; the first run whose set differs is named. A run that cannot be read is listed as
+the earliest run's; the first run whose set differs is named (never across backends or `versions:` environments:
+the judge's cross-run axes compare those). A run that cannot be read is listed as
 damaged, and the others are still shown.
 """
 
@@ -28,7 +29,7 @@ from .compare import compare_columns
 from .findings import judge
 from .verdict import FAIL, NOT_VERIFIED, WARN
 
-_KEY = ("case", "request", "mode", "phase", "fingerprint")
+_KEY = ("case", "request", "mode", "phase", "fingerprint", "backend", "version")
 # Spec fields that change neither which cells a job has nor what a cell computes.
 _NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", *ROW_NEUTRAL)
 _NOT_JOB_FLASHINFER = ("profile_kernels", "profile_repeats")
@@ -57,6 +58,8 @@ class RunSummary:
     counts: Dict[str, int] = field(default_factory=dict)  # finding kind -> count (fail and warn kinds)
     headline: str = ""  # the verdict line, or why the run cannot be read
     unverified: List[str] = field(default_factory=list)  # what had to be checked and was not (claims, the run)
+    backends: List[str] = field(default_factory=list)  # the backends its rows ran
+    versions: List[str] = field(default_factory=list)  # the `versions:` environments its rows ran in
 
     @property
     def differs(self) -> int:
@@ -76,10 +79,13 @@ class Drift:
     run_id: str
     since_index: int
     since: str
+    backend: str = ""
+    version: str = ""  # its `versions:` environment ("" without)
 
     def __str__(self) -> str:
         mode = key_mode(self.mode, self.phase)
-        return (f"{self.job} {self.case}/{self.request}/{mode} [{self.fingerprint}]: first differs at run "
+        env = ", ".join(x for x in (self.fingerprint, self.version) if x)  # the job names its backend
+        return (f"{self.job} {self.case}/{self.request}/{mode} [{env}]: first differs at run "
                 f"{self.index} ({self.run_id}), against run {self.since_index} ({self.since})")
 
 
@@ -89,21 +95,27 @@ class History:
     drifts: List[Drift] = field(default_factory=list)
 
 
+def _values(cols: Columns, column: str) -> List[str]:
+    """The distinct values of a coded column in these rows, sorted, "" left out."""
+    names = cols.dictionary(column)
+    return sorted({names[c] for c in np.unique(cols.codes(column)).tolist()} - {""})
+
+
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.manifests[run_id]
     verdict = judge(compare_columns(cols, max_details=0))
     label = (NOT_VERIFIED if verdict.label == NOT_VERIFIED else "FAIL" if verdict.failed
              else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
-    fingerprints = cols.dictionary("fingerprint")
     ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
               if any(f.kind == k and f.severity in (FAIL, WARN) for f in verdict.findings)}
     return RunSummary(
         index, run_id, manifest.get("created", ""), manifest["spec"]["name"],
-        sorted({fingerprints[c] for c in np.unique(cols.codes("fingerprint")).tolist()} - {""}), label,
+        _values(cols, "fingerprint"), label,
         job, cols.n, ok, counts, verdict.headline,
         [f.title for f in verdict.findings
-         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")])
+         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")],
+        _values(cols, "backend"), _values(cols, "version"))
 
 
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
@@ -145,9 +157,9 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
     out = []
     for kk in np.flatnonzero(drift < np.iinfo(np.int64).max).tolist():
         row = cols.rows_in_memory(np.array([key_rows[kk]]))[int(key_rows[kk])]
-        case, request, mode, phase, fingerprint = (row[c] for c in _KEY)
+        case, request, mode, phase, fingerprint, backend, version = (row[c] for c in _KEY)
         out.append(Drift(jobs[row["run_id"]], case, request, mode, phase, fingerprint, int(drift[kk]),
-                         runs[int(drift[kk])], int(first[kk]), runs[int(first[kk])]))
+                         runs[int(drift[kk])], int(first[kk]), runs[int(first[kk])], backend, version))
     return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 
