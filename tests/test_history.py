@@ -109,7 +109,7 @@ def test_known_good_broken_fixed_in_version_order_not_time(store, tmp_path):
     doc = json.loads(CliRunner().invoke(app, ["history", *rr, "--format", "json"]).output)
     assert [s["text"] for s in doc["stories"]] == [str(story)]
     assert [t["run_id"] for t in doc["stories"][0]["turns"]] == ["r2", "r4", "r1"]
-    assert [r["version"] for r in doc["runs"]][:2] == ["sglang==0.5.13", "sglang==0.5.10"]
+    assert [r["versions"] for r in doc["runs"]][:2] == [["sglang==0.5.13"], ["sglang==0.5.10"]]
 
 
 def test_without_versions_the_story_is_in_time_named_by_the_packages_that_changed(store):

@@ -40,7 +40,8 @@ def _read(store: RunReader, path: str, columns: Sequence[str], dictionary: Seque
     try:
         return read_part(store.fs, path, columns=list(columns), read_dictionary=list(dictionary))
     except DetrunError as exc:
-        error = exc
+        error = DetrunError(str(exc))  # not exc: its traceback and context hold this frame (and the table read
+        # below) in a reference cycle, kept until the garbage collector runs: a file's table per old file read
     try:
         names = set(pq.read_schema(path, filesystem=store.fs).names)
     except (pa.ArrowException, OSError):

@@ -391,9 +391,14 @@ def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
     return ok
 
 
+def _one(values: np.ndarray) -> bool:
+    """Whether the codes are all one value (or none)."""
+    return not len(values) or values.min() == values.max()
+
+
 def _varies(group: np.ndarray, rep: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
     """Per group: whether values are not all one (compared with one representative row each)."""
-    if not len(values) or values.min() == values.max():  # one value overall: no group varies
+    if _one(values):  # one value overall: no group varies
         return np.zeros(size, dtype=bool)
     return np.bincount(group[values != values[rep][group]], minlength=size) > 0
 
@@ -419,22 +424,22 @@ def _dropped(axis: str) -> Tuple[str, ...]:
     return (AXES[axis], AXES["run"]) if axis in CROSS_RUN else (AXES[axis],)
 
 
-def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
-    """axis -> (group code, bound): rows agreeing on request and every other axis (_dropped) share a code.
-    One mixed-radix code of all axes, the axis' digits taken out (else: combined per axis)."""
+def _groupings(req: np.ndarray, part: Dict[str, np.ndarray], axes: Sequence[str]):
+    """axis -> (group code, bound) for these axes: rows agreeing on request and every other axis (_dropped) share
+    a code. One mixed-radix code of all axes, the axis' digits taken out (else: combined per axis)."""
     n, bound = len(req), 4 * len(req) + 64
     cols = list(AXES.values())
     part = {c: part[c] - part[c].min() if n and part[c].min() else part[c] for c in cols}  # digits from 0
     radix = {c: int(part[c].max()) + 1 if n else 1 for c in cols}
     total = (int(req.max()) + 1 if n else 1) * int(np.prod([radix[c] for c in cols], dtype=object))
     if not n or total >= 1 << 62:
-        for axis in AXES:
+        for axis in axes:
             yield axis, combine([req] + [part[c] for c in cols if c not in _dropped(axis)], bound)
         return
     # int32 where total fits: half the memory traffic of the groupings
     full = mixed_radix([req] + [part[c] for c in cols], [int(req.max()) + 1] + [radix[c] for c in cols])
     weight = dict(zip(reversed(cols), np.cumprod([1] + [radix[c] for c in reversed(cols)]).tolist()))
-    for axis in AXES:
+    for axis in axes:
         group, size = full, total
         for col in sorted(_dropped(axis), key=weight.__getitem__, reverse=True):  # the lower digits keep their weight
             lower = weight[col]
@@ -452,7 +457,7 @@ def _groupings(req: np.ndarray, part: Dict[str, np.ndarray]):
 def _one_run_each(group: np.ndarray, values: np.ndarray, run: np.ndarray) -> Optional[np.ndarray]:
     """Along a cross-run axis: per group and value of the axis, the rows of the first run (rows are in compare
     order) that has them, as a mask; rows of one value in two runs are not compared there. None: all rows."""
-    if not len(run) or run.min() == run.max() or values.min() == values.max():
+    if _one(run) or _one(values):
         return None
     sub, _ = combine([group, values], 4 * len(group) + 64)
     first = np.zeros(int(sub.max()) + 1, dtype=run.dtype)
@@ -473,13 +478,13 @@ def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
     part = {c: cols.codes(c) for c in AXES.values()}
     for axis in axes:
         values = part[AXES[axis]]
-        if values.min() == values.max():
+        if _one(values):
             value = cols.rows_in_memory(np.array([0]))[0][AXES[axis]]
             value = {"repeat": f"r{value}", "gpu": f"g{value}", "version": value or "none (no versions:)"}.get(
                 axis, value)
             out[axis] = f"all rows have one {_ONE[axis]}: {value}"
             continue
-        groupings = groupings or dict(_groupings(cols.codes("request"), part))
+        groupings = groupings or dict(_groupings(cols.codes("request"), part, axes))
         group, size = groupings[axis]
         rep = np.zeros(size, dtype=np.int64)
         rep[group] = np.arange(len(group))
@@ -604,12 +609,14 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
     by_axis = dict.fromkeys(AXES, judged)
     phase = part[AXES[LAST]]
-    if len(phase) and phase.min() != phase.max():  # prefill beside decode: only their last tokens' digests (their
+    if not _one(phase):  # prefill beside decode: only their last tokens' digests (their
         # plans always differ, and an equality is not noted: _GroupJudge)
         by_axis[LAST], _ = combine([take(cols.codes(f"last_{d}_digest")) for d in ("out", "lse")])
-    per_axis = {}
     nreq = int(req.max()) + 1 if len(req) else 0
-    for axis, (group, size) in _groupings(req, part):
+    none = np.zeros(nreq, dtype=np.int64)
+    # an axis of one value (one backend, one version, one run) has no group: not grouped at all
+    per_axis = {axis: (none, none, ok[:0]) for axis, col in AXES.items() if _one(part[col])}
+    for axis, (group, size) in _groupings(req, part, [a for a in AXES if a not in per_axis]):
         keep = _one_run_each(group, part[AXES[axis]], part[AXES["run"]]) if axis in CROSS_RUN else None
         if keep is None:
             per_axis[axis] = _axis_groups(ok, group, size, part[AXES[axis]], req, by_axis[axis], nreq)

@@ -3,7 +3,8 @@
 The rows of every run are read once as integer codes (columnar.py) and compared as arrays. A case is
 compared only with earlier runs of the same job (spec name and a hash of what defines its cells) and
 fingerprint: for each (job, case, request, mode, phase, fingerprint) each run's set of digests is compared with
-the earliest run's; the first run whose set differs is named. A run that cannot be read is listed as
+the earliest run's; the first run whose set differs is named (never across backends or `versions:` environments:
+the judge's cross-run axes compare those). A run that cannot be read is listed as
 damaged, and the others are still shown.
 
 Per job, the versions each run used (its rows' `version`: the job's versions: environment, and the package
@@ -34,7 +35,7 @@ from .compare import compare_columns
 from .findings import judge
 from .verdict import FAIL, NOT_VERIFIED, WARN
 
-_KEY = ("case", "request", "mode", "phase", "fingerprint")
+_KEY = ("case", "request", "mode", "phase", "fingerprint", "backend", "version")
 # Spec fields that change neither which cells a job has nor what a cell computes (versions: the environments it
 # ran in, as a fingerprint: a job's story runs across them).
 _NOT_JOB = ("name", "repeats", "repeats_per_task", "store_tensors", "versions", *ROW_NEUTRAL)
@@ -64,9 +65,15 @@ class RunSummary:
     counts: Dict[str, int] = field(default_factory=dict)  # finding kind -> count (fail and warn kinds)
     headline: str = ""  # the verdict line, or why the run cannot be read
     unverified: List[str] = field(default_factory=list)  # what had to be checked and was not (claims, the run)
-    version: str = ""  # the job's versions: environment its rows ran in ("" without versions:)
+    backends: List[str] = field(default_factory=list)  # the backends its rows ran
+    versions: List[str] = field(default_factory=list)  # the `versions:` environments its rows ran in
     packages: Dict[str, str] = field(default_factory=dict)  # torch, flashinfer, sglang as its rows recorded them
     broken: List[str] = field(default_factory=list)  # the claims (axes) it broke
+
+    @property
+    def version(self) -> str:
+        """Its one versions: environment ("" without, or with several)."""
+        return self.versions[0] if len(self.versions) == 1 else ""
 
     @property
     def differs(self) -> int:
@@ -86,10 +93,13 @@ class Drift:
     run_id: str
     since_index: int
     since: str
+    backend: str = ""
+    version: str = ""  # its `versions:` environment ("" without)
 
     def __str__(self) -> str:
         mode = key_mode(self.mode, self.phase)
-        return (f"{self.job} {self.case}/{self.request}/{mode} [{self.fingerprint}]: first differs at run "
+        env = ", ".join(x for x in (self.fingerprint, self.version) if x)  # the job names its backend
+        return (f"{self.job} {self.case}/{self.request}/{mode} [{env}]: first differs at run "
                 f"{self.index} ({self.run_id}), against run {self.since_index} ({self.since})")
 
 
@@ -128,36 +138,41 @@ class History:
     stories: List[Story] = field(default_factory=list)
 
 
+def _values(cols: Columns, column: str) -> List[str]:
+    """The distinct values of a coded column in these rows, sorted, "" left out."""
+    names = cols.dictionary(column)
+    return sorted({names[c] for c in np.unique(cols.codes(column)).tolist()} - {""})
+
+
 def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.manifests[run_id]
     verdict = judge(compare_columns(cols, max_details=0))
     label = (NOT_VERIFIED if verdict.label == NOT_VERIFIED else "FAIL" if verdict.failed
              else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
-    fingerprints = cols.dictionary("fingerprint")
     ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
               if any(f.kind == k and f.severity in (FAIL, WARN) for f in verdict.findings)}
-    version, packages = _environment_of(cols)
     return RunSummary(
         index, run_id, manifest.get("created", ""), manifest["spec"]["name"],
-        sorted({fingerprints[c] for c in np.unique(cols.codes("fingerprint")).tolist()} - {""}), label,
+        _values(cols, "fingerprint"), label,
         job, cols.n, ok, counts, verdict.headline,
         [f.title for f in verdict.findings
          if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")],
-        version, packages, [c.axis for c in verdict.claims if c.status == "broken"])
+        _values(cols, "backend"), _values(cols, "version"), _packages(cols),
+        [c.axis for c in verdict.claims if c.status == "broken"])
 
 
 _PACKAGES = ("torch", "flashinfer", "sglang")
 
 
-def _environment_of(cols: Columns) -> Tuple[str, Dict[str, str]]:
-    """(the versions: environment, the package versions) of a run's first ok row (else its first row)."""
+def _packages(cols: Columns) -> Dict[str, str]:
+    """The package versions of a run's first ok row (else its first row)."""
     if not cols.n:
-        return "", {}
+        return {}
     ok = cols.ok_rows()
     at = int(ok[0]) if len(ok) else 0
     row = cols.rows_in_memory(np.array([at]))[at]
-    return row["version"] or "", {p: row[p] for p in _PACKAGES if row[p]}
+    return {p: row[p] for p in _PACKAGES if row[p]}
 
 
 def _version_key(name: str) -> Optional[Tuple[str, Version]]:
@@ -241,9 +256,9 @@ def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[
     out = []
     for kk in np.flatnonzero(drift < np.iinfo(np.int64).max).tolist():
         row = cols.rows_in_memory(np.array([key_rows[kk]]))[int(key_rows[kk])]
-        case, request, mode, phase, fingerprint = (row[c] for c in _KEY)
+        case, request, mode, phase, fingerprint, backend, version = (row[c] for c in _KEY)
         out.append(Drift(jobs[row["run_id"]], case, request, mode, phase, fingerprint, int(drift[kk]),
-                         runs[int(drift[kk])], int(first[kk]), runs[int(first[kk])]))
+                         runs[int(drift[kk])], int(first[kk]), runs[int(first[kk])], backend, version))
     return sorted(out, key=lambda d: (d.index, d.job, d.case, d.request, d.mode, d.phase, d.fingerprint))
 
 

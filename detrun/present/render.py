@@ -104,9 +104,10 @@ def print_history(hist: History, console: Console) -> None:
                           f"[{style}]damaged[/]: {escape(r.headline)}", soft_wrap=True)
             continue
         counts = " ".join(f"{k}={n}" for k, n in r.counts.items())
-        version = f"  {escape(r.version)}" if r.version else ""
-        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}{version}  "
-                      f"{','.join(r.fingerprints) or '-'}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
+        ran = f"{','.join(r.fingerprints) or '-'}  {','.join(r.backends) or '-'}" + (
+            f" versions={','.join(r.versions)}" if r.versions else "")
+        console.print(f"{r.index:>3}  {escape(r.run_id)}  {r.created[:19]}  {escape(r.job)}  "
+                      f"{escape(ran)}  [{style}]{r.verdict}[/]  rows={r.rows} ok={r.ok}"
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
         for line in r.unverified:
             console.print(f"       [bold red]not verified[/]: {escape(line)}", soft_wrap=True)
