@@ -108,12 +108,20 @@ def test_changes_name_the_cells_plans_environment_and_kernels_that_differ(store)
     run_inline(store, small(**TINY), "good")
     run_inline(store, small(**TINY), "bad")
     assert changes(store, "good", "bad") == ["0 of 11 cells run at both versions differ in bits"]
-    rewrite_rows(store, "good", lambda r: r.update(kernels=["ref_kernel"]) if is_alone_target(r) else None)
+    ragged, paged = json.dumps({"use_ragged": True, "ran": ["R"]}), json.dumps({"use_ragged": False, "ran": ["P"]})
 
-    def newer(r):  # the newer version: another flashinfer everywhere, another path and kernel for one cell
-        r.update(flashinfer="0.7.2.post1")
+    def older(r):  # a kernel recorded for one cell; SGLang's wiring of case prefix_shared (as backend sglang records)
+        r.update(kernels=["ref_kernel"] if is_alone_target(r) else r["kernels"])
+        if r["case"] == "prefix_shared":
+            r.update(wiring=ragged, use_paged=False)  # as SGLang 0.5.10, which does not read the flag
+    rewrite_rows(store, "good", older)
+
+    def newer(r):  # the newer version: another flashinfer everywhere, another path and kernel for one case,
+        r.update(flashinfer="0.7.2.post1")  # SGLang reads the flag and wires prefix_shared paged
         if r["case"] == "mixed":
             r.update(path="other_path", kernels=["new_kernel"])
+        if r["case"] == "prefix_shared":
+            r.update(wiring=paged, use_paged=True)
         if r["case"] == "prefix_alone":
             return False  # a cell the newer version did not run
     rewrite_rows(store, "bad", newer)
@@ -122,6 +130,9 @@ def test_changes_name_the_cells_plans_environment_and_kernels_that_differ(store)
         "1 of 10 cells run at both versions differ in bits",
         "3 cells: same bits; path: paged vs other_path; flashinfer:  vs 0.7.2.post1 (e.g. mixed/long/eager/r0/g0, "
         "mixed/short/eager/r0/g0, mixed/target/eager/r0/g0)",
+        "2 cells: same bits; flashinfer:  vs 0.7.2.post1; use_paged (as SGLang read it): False vs True; wiring.ran: "
+        "['R'] vs ['P']; wiring.use_ragged: True vs False (e.g. prefix_shared/sibling/eager/r0/g0, "
+        "prefix_shared/target_p/eager/r0/g0)",
         f"1 cell: bits differ; flashinfer:  vs 0.7.2.post1 (e.g. {key})",
         "1 cell ran only in good (e.g. prefix_alone/target_p/eager/r0/g0)",
         "kernels on path other_path: only after: new_kernel",

@@ -13,6 +13,7 @@ versions is written to reproduce it. The probe is injectable: search() takes any
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shlex
@@ -163,14 +164,24 @@ def _kernels(rows: Dict[str, dict]) -> Dict[str, Set[str]]:
     return out
 
 
+def _wiring(a: dict, b: dict) -> List[str]:
+    """What SGLang's own backend read and wired differently (backend sglang rows): the flag as it read it, and
+    each field of the recorded wiring (planned, ran, use_ragged, ...)."""
+    read = [] if a["use_paged"] == b["use_paged"] else [
+        f"use_paged (as SGLang read it): {a['use_paged']} vs {b['use_paged']}"]
+    wa, wb = json.loads(a["wiring"] or "{}"), json.loads(b["wiring"] or "{}")
+    return read + [f"wiring.{k}: {wa.get(k)} vs {wb.get(k)}" for k in sorted(set(wa) | set(wb))
+                   if wa.get(k) != wb.get(k)]
+
+
 def _cells(n: int) -> str:
     return f"{n} cell{'s' * (n != 1)}"
 
 
 def changes(store: RunReader, good: str, bad: str, examples: int = 3) -> List[str]:
     """What differs between the two runs' rows of the same cell (key): bits, plan fields, path, environment
-    (compare.explain's words, grouped, with a count and the first cells), cells only one run has, and the kernel
-    names recorded per path."""
+    (compare.explain's words, grouped, with a count and the first cells), SGLang's wiring (backend sglang), cells
+    only one run has, and the kernel names recorded per path."""
     a, b = _ok_rows(store, good), _ok_rows(store, bad)
     groups: Dict[str, List[str]] = defaultdict(list)
     bits = 0
@@ -178,8 +189,11 @@ def changes(store: RunReader, good: str, bad: str, examples: int = 3) -> List[st
         x, y = a[key], b[key]
         differs = (x["out_digest"], x["lse_digest"]) != (y["out_digest"], y["lse_digest"])
         bits += differs
-        if differs or plan_differences(x, y):
-            groups[("bits differ; " if differs else "same bits; ") + "; ".join(explain(x, y))].append(key)
+        wiring = _wiring(x, y)
+        if differs or wiring or plan_differences(x, y):
+            why = explain(x, y)
+            why = [w for w in why if not w.startswith("unexplained") or not wiring] + wiring
+            groups[("bits differ; " if differs else "same bits; ") + "; ".join(why)].append(key)
     out = [f"{bits} of {len(set(a) & set(b))} cells run at both versions differ in bits"]
     for why, keys in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(keys[:examples]) + (f", +{len(keys) - examples} more" if len(keys) > examples else "")
