@@ -159,12 +159,12 @@ def submit(
     if isinstance(done, api.Submitted):
         print(*lines.submitted(done.plan, runs_root), sep="\n")
         return None
-    runs = done.runs if isinstance(done, api.Versioned) else (done,)
+    runs = done.runs if isinstance(done, api.Versioned) else (done,)  # versions: a run per environment
     for one in runs:
         print(lines.ran(one))
         for failure in one.failures:
             print(f"task failed: {failure}", file=sys.stderr)
-    return _compare_and_print(req.compare_request(*(r.run_id for r in runs)))
+    return _compare_and_print(req.compare_request(*(one.run_id for one in runs)))
 
 
 @app.command()

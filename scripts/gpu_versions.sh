@@ -31,15 +31,32 @@ fi
 ls -la $WH
 echo "== wheelhouse at $(elapsed) s"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
-# Ray's pip: `python -m virtualenv --system-site-packages` (or, when this Python is itself a virtualenv, a copy of it)
-python3 -c "import sys, importlib.util as u; print('python', sys.executable, 'in a virtualenv:', sys.prefix != sys.base_prefix,
-  '| virtualenv:', u.find_spec('virtualenv') is not None, '| flashinfer on PYTHONPATH:', u.find_spec('flashinfer') is not None)"
-start_ray
+# Ray's pip builds each environment with `python -m virtualenv --system-site-packages`, but when the Python running
+# Ray is itself a virtualenv (the image's: /opt/torch/.venv) it copies that one whole (torch, jax, cupy: many GB)
+# for each environment. So Ray (and the driver) run on its base interpreter, the image's packages on PYTHONPATH
+# (after the repo and $SITE): each environment is then a fresh virtualenv holding only what it installs.
+# DETRUN_RAY_IN_VENV=1 keeps Ray on the image's Python (Ray then copies its virtualenv per environment).
+read -r PYBASE VENV_SITE < <(python3 -c "import os, site, sys
+print(os.path.join(sys.base_prefix, 'bin', 'python3'), site.getsitepackages()[0] if sys.prefix != sys.base_prefix else '')")
+PY=python3
+if [[ -z ${DETRUN_RAY_IN_VENV:-} && -n ${VENV_SITE:-} && -x $PYBASE ]]; then
+  PY=$PYBASE
+  export PYTHONPATH=$PYTHONPATH:$VENV_SITE
+fi
+$PY -c "import sys, importlib.util as u, torch, ray; print('ray/driver python', sys.executable, sys.version.split()[0], 'in a virtualenv:',
+  sys.prefix != sys.base_prefix, '| torch', torch.__version__, '| virtualenv:', u.find_spec('virtualenv') is not None,
+  '| flashinfer importable outside an environment:', u.find_spec('flashinfer') is not None)"
+if $PY -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1; then
+  ADDR=(--address auto)
+fi
+echo "== ray head (${PY}): ${ADDR[*]:-none} at $(elapsed) s"
 VERSIONS='{flashinfer: [0.6.7.post3, 0.7.2.post1], wheelhouse: /tmp/wheelhouse,
            with: {0.6.7.post3: [apache-tvm-ffi==0.1.9], 0.7.2.post1: [apache-tvm-ffi==0.1.15.post2]}}'
-submit paged-v jobs/paged.yaml --set "versions=$VERSIONS"
+s=$(date +%s)
+$PY -m detrun.cli submit jobs/paged.yaml --set "versions=$VERSIONS" --runs-root runs --run-id paged-v "${ADDR[@]}"
+echo "== submit paged-v exit $? in $(( $(date +%s) - s )) s"
 A=paged-v-flashinfer-0.6.7.post3 B=paged-v-flashinfer-0.7.2.post1
-python3 - "$A" "$B" <<'PY' | tee "$OUT/environments.txt"
+$PY - "$A" "$B" <<'PY' | tee "$OUT/environments.txt"
 import json, sys
 for run in sys.argv[1:]:
     try:
@@ -53,12 +70,12 @@ for run in sys.argv[1:]:
     print(run, m["status"], "environment", json.dumps(m.get("environment")), "rows", len(rows), "(version, flashinfer, status):", seen)
 PY
 if [[ -d runs/$A && -d runs/$B ]]; then
-  python3 -m detrun.cli compare "$A" "$B" --runs-root runs --format json > "$OUT/compare-versions.json"
+  $PY -m detrun.cli compare "$A" "$B" --runs-root runs --format json > "$OUT/compare-versions.json"
   echo "== compare --format json exit $? (in compare-versions.json)"
-  python3 scripts/plan_diff.py "$A" "$B" --runs-root runs
+  $PY scripts/plan_diff.py "$A" "$B" --runs-root runs
 fi
-for r in "$A" "$B"; do [[ -d runs/$r ]] && python3 -m detrun.cli timings "$r" --runs-root runs; done
-stop_ray
+for r in "$A" "$B"; do [[ -d runs/$r ]] && $PY -m detrun.cli timings "$r" --runs-root runs; done
+$PY -m ray.scripts.scripts stop >/dev/null 2>&1
 tar czf "$OUT/runs-versions.tgz" runs/paged-v-*/manifest.json runs/paged-v-*/rows runs/paged-v-*/timings 2>/dev/null
-cp /tmp/ray/session_latest/logs/runtime_env_setup-*.log "$OUT/" 2>/dev/null
+tar czf "$OUT/ray-runtime-env-logs.tgz" /tmp/ray/session_latest/logs/runtime_env*.log 2>/dev/null
 echo "== total $(elapsed) s"

@@ -7,9 +7,9 @@ RECORD written for the files the tree holds, so pip (in Ray's runtime_env) insta
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
-import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -45,6 +45,8 @@ def wheel_from_tree(tree: Path, wheelhouse: Path) -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__)
-    print(wheel_from_tree(Path(sys.argv[1]), Path(sys.argv[2])))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tree", type=Path, help="the unpacked wheel (its packages and one *.dist-info)")
+    parser.add_argument("wheelhouse", type=Path, help="the folder the wheel is written to")
+    args = parser.parse_args()
+    print(wheel_from_tree(args.tree, args.wheelhouse))

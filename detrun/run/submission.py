@@ -26,6 +26,7 @@ from ..store.runs import RunStore
 
 if TYPE_CHECKING:
     from ..spec.model import JobSpec
+    from ..spec.versions import VersionEnv
 from .requests import SubmitRequest
 
 # progress(label) -> a context (open while the run runs) yielding on_progress(done, total).
@@ -79,14 +80,10 @@ class Ran:
 @dataclass(frozen=True)
 class Versioned:
     """A job with versions: driven from here: one run per environment, in the job's order; the comparison that
-    ends it is req.compare_request(*run_ids)."""
+    ends it is req.compare_request(*(each run's id))."""
 
     runs: Tuple[Ran, ...]
     setup_s: Mapping[str, float]  # environment name -> seconds until Ray had built it (all built at once)
-
-    @property
-    def run_ids(self) -> Tuple[str, ...]:
-        return tuple(r.run_id for r in self.runs)
 
 
 def parse_gpus(value: str) -> Optional[int]:
@@ -175,7 +172,7 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
         return send(plan_job(req, run_id), store)  # the job's driver splits the environments (and checks them)
     check_wheelhouse(envs)
     if envs:
-        return _run_versions(req, store, cast("JobSpec", spec), run_id, slots, progress)
+        return _run_versions(req, store, cast("JobSpec", spec), envs, run_id, slots, progress)
     return _run_here(req, store, spec, run_id, slots, progress, todo)
 
 
@@ -188,17 +185,16 @@ def send(plan: JobPlan, store: RunStore) -> Submitted:
     return Submitted(plan)
 
 
-def _run_versions(req: SubmitRequest, store: RunStore, spec: "JobSpec", run_id: str, gpus: Optional[int],
-                  progress: Progress) -> Versioned:
+def _run_versions(req: SubmitRequest, store: RunStore, spec: "JobSpec", envs: List["VersionEnv"], run_id: str,
+                  gpus: Optional[int], progress: Progress) -> Versioned:
     """One run per versions: environment (run id <run_id>-<environment tag>), every environment built by Ray
     first (a version that cannot be installed: exit 2 before any run); the runs one after another, each on
     every GPU slot (a run's placement group holds them all)."""
     from ..spec.model import spec_from_dict
-    from ..spec.versions import environments, pin
+    from ..spec.versions import pin
     from . import runner
     from .environments import prepare
 
-    envs = environments(spec)
     runner.connect(req.address, gpus, req.accelerator_type, req.verbose)
     setup_s = prepare(envs)
     data = spec.model_dump(mode="json")
@@ -215,8 +211,8 @@ def _run_here(req: SubmitRequest, store: RunStore, spec, run_id: str, gpus: Opti
     from .jobs import ADDRESS_ENV, SUBMISSION_ENV
 
     started = time.perf_counter()
-    extra: dict = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV),
-                                                          ("job_address", ADDRESS_ENV)) if v in os.environ}
+    extra: dict = {k: os.environ[v] for k, v in (("submission_id", SUBMISSION_ENV), ("job_address", ADDRESS_ENV))
+                   if v in os.environ}
     if environment:
         extra["environment"] = environment  # the versions: environment its tasks ran in
     accelerator_type = req.accelerator_type
