@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from detrun.cli import app
 from detrun.judge.history import history, job_of
-from tests.helpers import TINY, flip_one_ulp, is_alone_target, run_inline, small
+from tests.helpers import TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small
 
 # two jobs that share case `alone` and request `target`, with different lengths
 OTHER = dict(name="other", requests={"target": {"qo_len": 33}}, cases={"alone": ["target"]}, repeats=2,
@@ -68,3 +68,19 @@ def test_history_names_first_differing_run(store):
     assert [str(d) for d in hist.drifts] == [
         f"{hist.runs[0].job} alone/target/eager [{hist.runs[0].fingerprints[0]}]: first differs at run 3 "
         "(night-3), against run 1 (night-1)"]
+
+
+def test_runs_of_other_versions_are_listed_with_them_and_never_drift_against_each_other(store, tmp_path):
+    for run, version in (("v-a1", "a"), ("v-b1", "b"), ("v-a2", "a")):
+        run_inline(store, small(**TINY), run)
+        rewrite_rows(store, run, lambda r, version=version: r.update(version=version))
+    flip_one_ulp(store, "v-b1", lambda r: r["request"] == "target")  # b differs from a: not a drift
+    flip_one_ulp(store, "v-a2", is_alone_target)
+    hist = history(store)
+    assert [(r.run_id, r.backends, r.versions) for r in hist.runs] == [
+        ("v-a1", ["reference"], ["a"]), ("v-b1", ["reference"], ["b"]), ("v-a2", ["reference"], ["a"])]
+    (drift,) = hist.drifts  # v-a2 against v-a1 (version a); v-b1 is compared with no run of version a
+    assert (drift.run_id, drift.since, drift.version) == ("v-a2", "v-a1", "a")
+    assert str(drift).startswith(f"{drift.job} alone/target/eager [{drift.fingerprint}, a]: first differs at run 3")
+    out = CliRunner().invoke(app, ["history", "--runs-root", str(tmp_path / "runs")])
+    assert out.exit_code == 0 and "reference versions=b" in out.output
