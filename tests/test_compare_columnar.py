@@ -10,12 +10,29 @@ from detrun.judge.compare import AXES, ENV_FIELDS, PLAN_COLUMNS, compare_runs
 from detrun.judge.history import history
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
-from tests.helpers import run_inline, small
+from tests.helpers import rewrite_rows, run_inline, small
+
+CROSS = {"backend": ("backend", "run_id"), "version": ("version", "run_id")}  # cross-run axes: columns dropped
+SILENT = {"backend": PLAN_COLUMNS + ("plan",), "version": ("torch", "flashinfer", "sglang")}  # explain nothing
+
+
+def _explains(a, b, axis):
+    return any(a[c] != b[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS if c not in SILENT.get(axis, ()))
+
+
+def _one_run_each(group, runs):
+    """Along a cross-run axis: per value, the rows of the first run (in runs' order) that has it."""
+    first = {}
+    for r in sorted(group, key=lambda r: runs.index(r["run_id"])):
+        first.setdefault(r["axis"], r["run_id"])
+    return [r for r in group if first[r["axis"]] == r["run_id"]]
 
 
 def reference(store, runs):
     """Per (request, axis): (status, groups, rows, differing, explained); missing; duplicates."""
     rows = store.read_rows(runs).to_pylist()
+    for r in rows:
+        r["version"] = r["version"] or ""
     seen = Counter((r["run_id"], r["key"]) for r in rows)
     missing, dups = [], []
     for run in runs:
@@ -26,21 +43,26 @@ def reference(store, runs):
             dups += [f"{run}:{key} x{n}"] if n > 1 else []
     ok = [r for r in rows if r["status"] == "ok"]
     sig = lambda r: tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)  # noqa: E731
+    order = lambda r: (runs.index(r["run_id"]), r["slot"], r["case"], r["phase"] != "prefill", r["mode"],  # noqa: E731
+                       r["repeat"])
     out = {}
     for request in {r["request"] for r in ok}:
         for axis, col in AXES.items():
             pre = "last_" if axis == "phase" else ""  # phase: prefill's last token vs decode's
             ident = lambda r, pre=pre: (r[f"{pre}out_digest"], r[f"{pre}lse_digest"])  # noqa: E731
+            dropped = CROSS.get(axis, (col,))
             groups = defaultdict(list)
             for r in ok:
                 if r["request"] == request:
-                    groups[tuple(r[c] for c in AXES.values() if c != col)].append(r)
+                    groups[tuple(r[c] for c in AXES.values() if c not in dropped)].append(dict(r, axis=r[col]))
             stats = [0, 0, 0, 0]
             for g in groups.values():
+                g = sorted(_one_run_each(g, runs) if axis in CROSS else g, key=order)
                 if len({r[col] for r in g}) < 2:
                     continue
-                bad = any(sig(a) == sig(b) and ident(a) != ident(b) for a in g for b in g)
-                firsts = list({sig(r): r for r in reversed(g)}.values())
+                firsts = list({sig(r): r for r in reversed(g)}.values())[::-1]  # first of each plan, in order
+                bad = any(sig(a) == sig(b) and ident(a) != ident(b) for a in g for b in g) or any(
+                    ident(r) != ident(firsts[0]) and not _explains(r, firsts[0], axis) for r in firsts[1:])
                 fine = any(ident(a) != ident(b) for a in firsts for b in firsts)
                 stats = [stats[0] + 1, stats[1] + len(g), stats[2] + bad, stats[3] + (fine and not bad)]
             status = "n/a" if not stats[0] else "differs" if stats[2] else "explained" if stats[3] else "equal"
@@ -85,3 +107,23 @@ def test_columnar_compare_matches_brute_force(store, seed):
     b_alone = reference(store, ["b"])[0]
     alone = {(req.partition("#")[0], axis) for (req, axis), v in b_alone.items() if v[0] == "differs"}
     assert [r.differs for r in history(store).runs] == [0, len(alone)] and alone
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_cross_run_axes_match_brute_force(store, seed):
+    """Four runs: a, b (same backend and version), c on another backend, d in another version; each damaged."""
+    rng = random.Random(seed)
+    job = small(modes=["eager"], repeats=2)
+    for run, change in (("a", {}), ("b", {}), ("c", {"backend": "flashinfer"}), ("d", {"version": "v2"})):
+        run_inline(store, job, run, gpus=2)
+        rewrite_rows(store, run, lambda r, change=change: r.update(change))
+        if run != "a":
+            damage(store, run, rng)
+    runs = ["a", "b", "c", "d"]
+    cmp = compare_runs(store, runs, max_details=1000)
+    want, missing, dups = reference(store, runs)
+    got = {(v.request, v.axis): (v.status, v.groups, v.rows, v.differing_groups, v.explained_groups)
+           for v in cmp.verdicts}
+    assert got == want
+    for axis in ("run", "backend", "version"):  # each met, some requests equal and some differing
+        assert {v[0] for (_, a), v in want.items() if a == axis} >= {"differs", "equal"}, axis

@@ -2,8 +2,12 @@
 environment). Their rows meet only there, never on `run`; of each backend (version) one run's rows are compared;
 along backend the backend itself explains nothing, along version a package version alone explains nothing."""
 
+import gc
 import json
 
+import pyarrow.parquet as pq
+
+from detrun.judge.columnar import DETAIL, _read, read_columns
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
 from detrun.present.jsondoc import verdict_doc
@@ -168,3 +172,22 @@ def test_every_presenter_shows_the_cross_run_axes(store):
     assert 'classname="detrun.version"' in xml
     html = build_report(verdict)
     assert "target / backend: breaks bitwise 3/3" in html and "target / version: n/a (0 groups" in html
+
+
+def test_rows_stored_before_the_version_column_have_none_and_meet_new_rows_on_run(store):
+    _runs(store, ("old", {}), ("new", {}))
+    for path in store.row_files("old"):
+        pq.write_table(pq.read_table(path).drop_columns(["version"]), path)
+    assert read_columns(store, ["old"]).dictionary("version") == [""]
+    cmp = compare_runs(store, ["old", "new"], expect={"run": "bitwise"})
+    assert judge(cmp).exit_code == 0 and _groups(cmp, "run") == 11 and _groups(cmp, "version") == 0
+    # reading an old file leaves no reference cycle behind (it held the file's table until a collection)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _read(store, store.row_files("old")[0], DETAIL)
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()

@@ -132,3 +132,19 @@ def test_a_job_that_always_held_has_no_story_and_one_version_unknown_orders_by_t
     _versioned(store, "c", "", True)  # no version: the job's runs are told in time
     (story,) = history(store).stories
     assert story.by == "time" and [(t.state, t.run_id) for t in story.turns] == [("known good", "b"), ("broken", "c")]
+
+
+def test_runs_of_other_versions_are_listed_with_them_and_never_drift_against_each_other(store, tmp_path):
+    for run, version in (("v-a1", "a"), ("v-b1", "b"), ("v-a2", "a")):
+        run_inline(store, small(**TINY), run)
+        rewrite_rows(store, run, lambda r, version=version: r.update(version=version))
+    flip_one_ulp(store, "v-b1", lambda r: r["request"] == "target")  # b differs from a: not a drift
+    flip_one_ulp(store, "v-a2", is_alone_target)
+    hist = history(store)
+    assert [(r.run_id, r.backends, r.versions) for r in hist.runs] == [
+        ("v-a1", ["reference"], ["a"]), ("v-b1", ["reference"], ["b"]), ("v-a2", ["reference"], ["a"])]
+    (drift,) = hist.drifts  # v-a2 against v-a1 (version a); v-b1 is compared with no run of version a
+    assert (drift.run_id, drift.since, drift.version) == ("v-a2", "v-a1", "a")
+    assert str(drift).startswith(f"{drift.job} alone/target/eager [{drift.fingerprint}, a]: first differs at run 3")
+    out = CliRunner().invoke(app, ["history", "--runs-root", str(tmp_path / "runs")])
+    assert out.exit_code == 0 and "reference versions=b" in out.output

@@ -118,5 +118,6 @@ def test_history_as_json_says_what_the_text_says(root):
     assert fail["counts"] == {"broken_claim": 2, "differs": 2} and fail["differs"] == 2
     line = next(ln for ln in text.splitlines() if " fail " in ln)
     assert "FAIL" in line and "broken_claim=2 differs=2" in line
+    assert (fail["backends"], fail["versions"]) == (["reference"], []) and "  reference  FAIL" in line
     (drift,) = doc["drifts"]
     assert drift["run_id"] == "fail" and drift["since"] == "pass" and drift["text"] in text.replace("\n", " ")

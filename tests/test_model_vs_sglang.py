@@ -74,3 +74,13 @@ def test_two_model_runs_on_other_paths_stay_explained(store):
     cmp = compare_runs(store, ["a", "b"])
     assert not _model_findings(cmp)
     assert any(m.label == "explained by plan: path" for m in cmp.mismatches if m.axis == "run")
+
+
+def test_a_model_difference_fails_whatever_the_backend_axis_is_claimed_at(store):
+    _pair(store)
+    flip_one_ulp(store, "own", lambda r: r["request"] == "target" and r["case"] == "alone")
+    for level in ("ignore", "explained", "bitwise"):
+        cmp = compare_runs(store, ["model", "own"], expect={"backend": level})
+        verdict = judge(cmp)
+        assert verdict.exit_code == 1 and len(_model_findings(cmp)) == 1, level
+        assert {m.axis for m in cmp.mismatches} == {"backend", "batch"}  # the flip also splits own's cases
