@@ -191,9 +191,8 @@ def changes(store: RunReader, good: str, bad: str, examples: int = 3) -> List[st
         bits += differs
         wiring = _wiring(x, y)
         if differs or wiring or plan_differences(x, y):
-            why = explain(x, y)
-            why = [w for w in why if not w.startswith("unexplained") or not wiring] + wiring
-            groups[("bits differ; " if differs else "same bits; ") + "; ".join(why)].append(key)
+            said = [w for w in explain(x, y) if not w.startswith("unexplained") or not wiring] + wiring
+            groups[("bits differ; " if differs else "same bits; ") + "; ".join(said)].append(key)
     out = [f"{bits} of {len(set(a) & set(b))} cells run at both versions differ in bits"]
     for why, keys in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(keys[:examples]) + (f", +{len(keys) - examples} more" if len(keys) > examples else "")
