@@ -14,15 +14,23 @@ cd "$(dirname "$0")/.."
 [[ -d /tmp/wheelhouse && -d .whl-base ]] || { echo "gpu_bisect.sh: run scripts/gpu_versions.sh first" >&2; exit 2; }
 export DETRUN_WHL=.whl-base
 source scripts/device_setup.sh
-start_ray
+# Ray and the driver on the image virtualenv's base interpreter, its packages on PYTHONPATH, as gpu_versions.sh
+# explains (else Ray's pip copies the image's whole virtualenv per environment); DETRUN_RAY_IN_VENV=1: as it is.
+PY=python3
+read -r base venv < <(python3 -c "import os, site, sys; print(os.path.join(sys.base_prefix, 'bin', 'python3'),
+      site.getsitepackages()[0] if sys.prefix != sys.base_prefix else '')")
+[[ -z ${DETRUN_RAY_IN_VENV:-} && -n ${venv:-} && -x $base ]] && PY=$base && export PYTHONPATH=$PYTHONPATH:$venv
+$PY -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1 &&
+  ADDR=(--address auto)
+echo "== ray head ($PY): ${ADDR[*]:-none} at $(elapsed) s"
 VERSIONS='{flashinfer: [0.6.7.post3, 0.7.2.post1], wheelhouse: /tmp/wheelhouse,
            with: {0.6.7.post3: [apache-tvm-ffi==0.1.9], 0.7.2.post1: [apache-tvm-ffi==0.1.15.post2]}}'
 s=$(date +%s)
-python3 -m detrun.cli bisect jobs/paged.yaml --set "versions=$VERSIONS" --expect version=bitwise --no-expect-break \
+$PY -m detrun.cli bisect jobs/paged.yaml --set "versions=$VERSIONS" --expect version=bitwise --no-expect-break \
   --runs-root runs -o "$OUT/bisected.yaml" "${ADDR[@]}"
 echo "== bisect exit $? in $(( $(date +%s) - s )) s"
-python3 -m detrun.cli history --runs-root runs
-python3 -m detrun.cli history --runs-root runs --format json > "$OUT/history.json"
+$PY -m detrun.cli history --runs-root runs
+$PY -m detrun.cli history --runs-root runs --format json > "$OUT/history.json"
 stop_ray
 tar czf "$OUT/runs-bisect.tgz" runs/paged-bisect-*/manifest.json runs/paged-bisect-*/rows 2>/dev/null
 echo "== total $(elapsed) s"
