@@ -67,6 +67,10 @@ def test_two_backends_meet_on_backend_not_on_run_and_a_flip_breaks_only_a_backen
         assert broken.exit_code == 1 and [f.axis for f in broken.of("broken_claim")] == ["backend"]
     code, out, _ = cli_main(capsys, "compare", "fi", "ref", "--runs-root", store.root, "--expect", "backend=bitwise")
     assert code == 1 and "backend claimed bitwise, 1 request (target) differs" in out
+    # a run claim between two backends checks nothing: their rows never meet on run
+    [unchecked] = judge(compare_runs(store, ["fi", "ref"], expect={"run": "bitwise"})).of("unverified_claim")
+    assert unchecked.title.endswith("no request has two rows that differ only in run (the runs differ in backend: "
+                                    "compared along it)")
 
 
 def test_equal_backends_hold_a_bitwise_claim_and_an_environment_difference_explains(store):

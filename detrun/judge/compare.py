@@ -492,8 +492,10 @@ def _uncompared(cols: Columns, axes: Sequence[str]) -> Dict[str, str]:
         status, names = cols.codes("status")[inside], cols.dictionary("status")
         counts = np.bincount(status[status != cols.code_of("status", Status.OK)], minlength=len(names))
         said = [f"{n} {names[i].replace('_', ' ')}" for i, n in enumerate(counts.tolist()) if n]
+        across = [a for a in CROSS_RUN if axis == "run" and not _one(part[AXES[a]])]  # never folded into run
         out[axis] = (f"the rows that would meet did not run ({', '.join(said)})" if said
-                     else f"no request has two rows that differ only in {_ONE[axis]}")
+                     else f"no request has two rows that differ only in {_ONE[axis]}"
+                     + (f" (the runs differ in {' and '.join(across)}: compared along it)" if across else ""))
     return out
 
 
