@@ -22,8 +22,8 @@ from ..envflags import (
 )
 from ..errors import DetrunError
 from ..record.keys import COPY, base_request, copy_name
-from .messages import blamed_override, error_text, kind_of
 from .levels import checked_level
+from .messages import blamed_override, error_text, kind_of
 from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, apply_profile, reads_use_paged
 from .sweep import Generator, expand
 
