@@ -57,6 +57,7 @@ class RunSummary:
     counts: Dict[str, int] = field(default_factory=dict)  # finding kind -> count (fail and warn kinds)
     headline: str = ""  # the verdict line, or why the run cannot be read
     unverified: List[str] = field(default_factory=list)  # what had to be checked and was not (claims, the run)
+    bounds: List[str] = field(default_factory=list)  # bound claims and what they measured ("batch ulp:4 held: ...")
 
     @property
     def differs(self) -> int:
@@ -103,7 +104,8 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
         sorted({fingerprints[c] for c in np.unique(cols.codes("fingerprint")).tolist()} - {""}), label,
         job, cols.n, ok, counts, verdict.headline,
         [f.title for f in verdict.findings
-         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")])
+         if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")],
+        [c.text for c in verdict.claims if c.measured])
 
 
 def _drifts(cols: Columns, index: Dict[str, int], jobs: Dict[str, str]) -> List[Drift]:
