@@ -39,7 +39,7 @@ class Measured:
         """"max 2 ULP" (held), "max 9 ULP > 4", and the pairs that had no numbers."""
         parts = []
         if self.pairs > self.unmeasured:
-            over = f" > {str(self.bound).partition(':')[2]}" if self.beyond else ""
+            over = f" > {self.bound.limit_text}" if self.beyond else ""
             parts.append(f"max {self.bound.value_text(self.worst)}{over}"
                          + (f" in {self.beyond}/{self.pairs} pairs" if self.beyond else ""))
         if self.unmeasured:
@@ -50,7 +50,8 @@ class Measured:
         """This and one more pair, its output's numbers judged against the bound; more() gives its LSE's numbers
         and the reference's word on it, asked only of a pair that becomes the worst."""
         if isinstance(out, str):
-            reasons = self.reasons if out in self.reasons or len(self.reasons) >= _REASONS else (*self.reasons, out)
+            why = f"out: {out}"
+            reasons = self.reasons if why in self.reasons or len(self.reasons) >= _REASONS else (*self.reasons, why)
             return replace(self, pairs=self.pairs + 1, unmeasured=self.unmeasured + 1, reasons=reasons)
         value = 0.0 if out is None else out.measured(self.bound.kind)
         done = replace(self, pairs=self.pairs + 1, beyond=self.beyond + (value > self.bound.limit))

@@ -21,7 +21,12 @@ class Bound:
     limit: float
 
     def __str__(self) -> str:
-        return f"{self.kind}:{int(self.limit) if self.kind == 'ulp' else repr(self.limit)}"
+        return f"{self.kind}:{self.limit_text}"
+
+    @property
+    def limit_text(self) -> str:
+        """The limit as written back: 4, 0.001, 0 (a whole number without ".0")."""
+        return str(int(self.limit)) if self.limit.is_integer() else repr(self.limit)
 
     def value_text(self, value: float) -> str:
         """A measured value in the bound's unit: "9 ULP", "abs 0.0312", "rel 0.00391"."""
