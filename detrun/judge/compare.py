@@ -204,13 +204,16 @@ class _Blobs:
     def __init__(self, store: RunReader, runs: Sequence[str], manifests: Dict[str, Manifest]):
         self.store, self.runs, self.manifests = store, list(runs), manifests
         self._raw: Dict[str, Optional[bytes]] = {}
+        self._held = 0  # bytes in _raw
         self._stats: Dict[tuple, Numbers] = {}
 
     def _read(self, digest: str) -> Optional[bytes]:
         if digest not in self._raw:
-            if sum(len(b or b"") for b in self._raw.values()) > _CACHED:
+            if self._held > _CACHED:
                 self._raw.clear()
-            self._raw[digest] = self.store.read_blob(self.runs, digest)
+                self._held = 0
+            self._raw[digest] = raw = self.store.read_blob(self.runs, digest)
+            self._held += len(raw or b"")
         return self._raw[digest]
 
     def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
