@@ -46,7 +46,8 @@ RunsRoot = Annotated[str, typer.Option("--runs-root", metavar="DIR|URI", help="W
 Baseline = Annotated[bool, typer.Option("--baseline", help="Also compare with the fingerprint's baseline")]
 Strict = Annotated[bool, typer.Option("--strict", help="Every axis bitwise: explained differences fail")]
 Expect = Annotated[Optional[List[str]], typer.Option(
-    "--expect", metavar="AXIS=LEVEL", help="Claim per axis: bitwise, explained or ignore (repeatable)")]
+    "--expect", metavar="AXIS=LEVEL",
+    help="Claim per axis: bitwise, explained, ignore, or a bound ulp:N, abs:X, rel:X (repeatable)")]
 RequireBaseline = Annotated[bool, typer.Option(
     "--require-baseline", help="With --baseline: no baseline fails (exit 1)")]
 Details = Annotated[int, typer.Option("--details", min=0, metavar="N", help="Examples per (axis, cause)")]

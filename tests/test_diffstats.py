@@ -96,3 +96,29 @@ def test_diff_stats_one_ulp(dtype):
     assert (stats.count, stats.max_ulp, stats.first_index) == (1, 1, (2, 3))
     assert stats.max_abs == pytest.approx(abs(float(other[2, 3]) - float(t[2, 3])))
     assert diff_stats(raw(t), raw(t), name, (4, 6)).count == 0
+
+
+def test_histogram_rel_and_the_distance_across_zero():
+    dtype = "bfloat16"
+    a = [1.0, 2.0, 3.0, 4.0, 1e-4, 8.0]
+    b = bumped(a, dtype, {0: 1, 1: 2, 2: 3, 3: 9})  # 1, 2, 3 and 9 ULP; element 4 straddles zero below
+    b = bytearray(b)
+    b[8:10] = raw([-1e-4], dtype)
+    s = diff_stats(raw(a, dtype), bytes(b), dtype, (6,))
+    assert s.histogram == (("1", 1), ("2-3", 2), ("8-15", 1)) and s.straddle == 1 and s.max_ulp == 9
+    assert s.max_ulp_across == 2 * (int.from_bytes(raw([1e-4], dtype), "little"))  # every float between them
+    assert s.max_rel == pytest.approx(2.0)  # the straddle: |a - b| / max(|a|, |b|)
+    assert s.measured("ulp") == s.max_ulp_across and s.measured("abs") == s.max_abs
+    assert s.text().startswith("5/6 differ, max abs ") and "; by ULP 1: 1, 2-3: 2, 8-15: 1; first at [0]" in s.text()
+
+
+def test_the_first_position_is_named_as_token_head_and_column():
+    t = torch.ones(3, 2, 4, dtype=torch.bfloat16)
+    other = t.clone()
+    other.view(torch.int16)[2, 1, 3] += 1
+    raw_ = lambda x: x.view(torch.int16).numpy().tobytes()  # noqa: E731
+    s = diff_stats(raw_(t), raw_(other), "bfloat16", (3, 2, 4))
+    assert s.first_index == (2, 1, 3) and s.text().endswith("first at token 2, head 1, col 3")
+    assert s.max_rel == pytest.approx(2 ** -7 / (1 + 2 ** -7))
+    lse = diff_stats(raw_(t[:, :, 0].contiguous()), raw_(other[:, :, 3].contiguous()), "bfloat16", (3, 2))
+    assert lse.text().endswith("first at token 2, head 1")

@@ -26,7 +26,8 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from functools import partial
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +46,7 @@ from ..store.runs import RunReader
 from .claims import CROSS_RUN, Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
 from .diffstats import DiffStats, diff_stats
+from .tolerance import Measured, Numbers, further
 from .wiring import wiring_problems
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
@@ -67,6 +69,7 @@ class Mismatch:
     why: List[str]
     label: str = "unexplained"  # or "unexplained (plan unknown: ...)" / "explained by plan: <field>" / ...
     no_numbers: List[str] = field(default_factory=list)  # "out: no numbers: blob D missing under R/blobs"
+    reference: List[str] = field(default_factory=list)  # which row is further from the reference (tolerance.further)
 
     @property
     def explained(self) -> bool:
@@ -83,6 +86,7 @@ class AxisVerdict:
     differing_groups: int = 0  # groups with an unexplained difference
     explained_groups: int = 0  # groups whose only differences are explained by plan or environment
     causes: Mapping[str, str] = field(default_factory=dict)  # explaining field -> first example ("512 vs 8192")
+    measured: Optional[Measured] = None  # under a bound claim: its differing pairs' numbers (tolerance.py)
 
 
 @dataclass
@@ -211,13 +215,28 @@ def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
     return r[f"{pre}out_digest"], r[f"{pre}lse_digest"]
 
 
+_CACHED = 256 << 20  # bytes of blobs kept between the pairs of a group (a bound claim compares each with each)
+
+
 class _Blobs:
     def __init__(self, store: RunReader, runs: Sequence[str], manifests: Dict[str, Manifest]):
         self.store, self.runs, self.manifests = store, list(runs), manifests
+        self._raw: Dict[str, Optional[bytes]] = {}
+        self._held = 0  # bytes in _raw
+        self._stats: Dict[tuple, Numbers] = {}
+
+    def _read(self, digest: str) -> Optional[bytes]:
+        if digest not in self._raw:
+            if self._held > _CACHED:
+                self._raw.clear()
+                self._held = 0
+            self._raw[digest] = raw = self.store.read_blob(self.runs, digest)
+            self._held += len(raw or b"")
+        return self._raw[digest]
 
     def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
         """A row's stored bytes and shape; with last, only its last row (the last query token)."""
-        raw, shape = self.store.read_blob(self.runs, r[f"{which}_digest"]), list(r[f"{which}_shape"] or [])
+        raw, shape = self._read(r[f"{which}_digest"]), list(r[f"{which}_shape"] or [])
         if raw is None or not last or not shape or not shape[0]:
             return raw, shape
         return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
@@ -229,10 +248,18 @@ class _Blobs:
             return f"run {r['run_id']} stores no tensors (store_tensors: false)"
         return f"blob {r[f'{which}_digest'] or '(no digest)'} missing under {self.store.blob_home([r['run_id']])}"
 
-    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Union[DiffStats, str, None]:
-        """The two rows' diff numbers; None when their digests are equal; else why there are no numbers."""
-        if _ident(a, last)[which == "lse"] == _ident(b, last)[which == "lse"]:
+    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Numbers:
+        """The two rows' diff numbers; None when their digests are equal; else why there are no numbers.
+        Asked again for the same two tensors, the first answer."""
+        one, other = _ident(a, last)[which == "lse"], _ident(b, last)[which == "lse"]
+        if one == other:
             return None
+        key = (a[f"{which}_digest"], b[f"{which}_digest"], which, last)
+        if key not in self._stats:
+            self._stats[key] = self._numbers(a, b, which, last)
+        return self._stats[key]
+
+    def _numbers(self, a: dict, b: dict, which: str, last: bool) -> Numbers:
         (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
         if raw_a is None or raw_b is None:
             absent = [self._absent(r, which) for r, raw in ((a, raw_a), (b, raw_b)) if raw is None]
@@ -310,8 +337,13 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
                 result.duplicates.append(f"{run_id}:{key} x{count[i]}")
 
 
+def _name(r: dict) -> str:
+    return f"{r['run_id']}:{r['key']}"
+
+
 class _GroupJudge:
-    """Judges the groups of one request along one axis; records up to max_details mismatches."""
+    """Judges the groups of one request along one axis; records up to max_details mismatches. Under a bound
+    claim it measures every pair of distinct results of each group besides (measured)."""
 
     def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, max_details: int):
         self.result, self.blobs = result, blobs
@@ -320,6 +352,8 @@ class _GroupJudge:
         self.left = max_details
         self.last = self.axis == LAST
         self.noted = axis not in (LAST, "backend")  # there plans always differ: equal bits are the claim, no note
+        bound = result.claims.bound(axis)
+        self.measured: Optional[Measured] = None if bound is None else Measured(bound)
 
     def _record(self, a: dict, b: dict, why: List[str], tag: str) -> None:
         if self.left <= 0:
@@ -327,12 +361,32 @@ class _GroupJudge:
         self.left -= 1
         out, lse = (self.blobs.stats(a, b, which, self.last) for which in ("out", "lse"))
         self.result.mismatches.append(Mismatch(
-            self.axis, self.request, f"{a['run_id']}:{a['key']}", f"{b['run_id']}:{b['key']}",
+            self.axis, self.request, _name(a), _name(b),
             out if isinstance(out, DiffStats) else None, lse if isinstance(lse, DiffStats) else None, why, tag,
-            [f"{which}: {text}" for which, text in (("out", out), ("lse", lse)) if isinstance(text, str)]))
+            [f"{which}: {text}" for which, text in (("out", out), ("lse", lse)) if isinstance(text, str)],
+            further(a, b)))
+
+    def _measure(self, members: List[dict]) -> None:
+        """Each two distinct results of the group, their outputs measured against the bound."""
+        distinct: Dict[Tuple[str, str], dict] = {}
+        for r in members:
+            distinct.setdefault(_ident(r, self.last), r)
+        reps, measured = list(distinct.values()), self.measured
+        assert measured is not None
+        for i, a in enumerate(reps):
+            for b in reps[i + 1:]:
+                measured = measured.add(f"{_name(a)} vs {_name(b)}", self.blobs.stats(a, b, "out", self.last),
+                                        partial(self._beside, a, b))
+        self.measured = measured
+
+    def _beside(self, a: dict, b: dict) -> Tuple[Numbers, List[str]]:
+        """A pair's LSE numbers and the reference's word on it (shown beside its output's)."""
+        return self.blobs.stats(a, b, "lse", self.last), further(a, b)
 
     def __call__(self, members: List[dict]) -> Tuple[bool, bool]:
         """(an unexplained difference, an explained difference) in this group."""
+        if self.measured is not None:
+            self._measure(members)
         by_plan: Dict[tuple, List[dict]] = defaultdict(list)
         for r in members:
             by_plan[_signature(r)].append(r)
@@ -653,7 +707,8 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
             status = ("n/a" if not groups[code] else "differs" if differing else
                       "explained" if explained_only else "equal")
             result.verdicts.append(AxisVerdict(request, axis, status, int(groups[code]), int(nrows[code]),
-                                               differing, explained_only, judge.causes))
+                                               differing, explained_only, judge.causes,
+                                               judge.measured if judge.measured and judge.measured.pairs else None))
     claimed = [a for a in AXES if result.claims.required(a) or result.claims.strict]
     result.uncompared = _uncompared(cols, [a for a in claimed if not per_axis[a][0].sum()])
     return result

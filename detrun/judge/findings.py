@@ -9,13 +9,15 @@ and nothing else, so nothing the exit code counts can be missing from any of the
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ExitCode
 from ..record.keys import folded_request
 from ..record.status import Status
+from ..spec.levels import bound_of
 from .claims import AXIS_NAMES
 from .compare import AxisVerdict, Comparison, Mismatch
+from .tolerance import Measured
 from .verdict import (
     FAIL,
     FAILURE,
@@ -49,8 +51,22 @@ def collapse(verdicts: Sequence[AxisVerdict]) -> Dict[str, Dict[str, AxisVerdict
         worst = max(vs, key=lambda v: RANK[v.status])  # the first of the worst
         rows[name][axis] = AxisVerdict(name, axis, worst.status, sum(v.groups for v in vs), sum(v.rows for v in vs),
                                        sum(v.differing_groups for v in vs), sum(v.explained_groups for v in vs),
-                                       causes)
+                                       causes, _merged(v.measured for v in vs))
     return rows
+
+
+def _merged(measured) -> Optional[Measured]:
+    """Several verdicts' measured pairs as one (None: none measured)."""
+    out: Optional[Measured] = None
+    for m in measured:
+        if m is not None:
+            out = m if out is None else out.merge(m)
+    return out
+
+
+def _bound_fails(v: AxisVerdict) -> bool:
+    """Under a bound: whether the request's differences break it (beyond it, without numbers, or not measured)."""
+    return v.status in ("differs", "explained") and (v.measured is None or not v.measured.held)
 
 
 def cell_of(v: AxisVerdict, level: str) -> Cell:
@@ -63,6 +79,11 @@ def cell_of(v: AxisVerdict, level: str) -> Cell:
     if level == "ignore":
         state = "ignored" if v.status == "differs" else "explained"
         return Cell(state, f"{v.status} (ignored)", f"{v.status} {of} (ignored)", v)
+    if bound_of(level) is not None:
+        said = v.measured.summary() if v.measured is not None else "not measured"
+        if _bound_fails(v):
+            return Cell("breaks", f"breaks {level}", f"breaks {level} ({said})", v)
+        return Cell("within", f"within {level}", f"within {level} ({said})", v)
     if level == "bitwise":
         return Cell("breaks", "breaks bitwise", f"breaks bitwise {v.differing_groups + v.explained_groups}/{v.groups}",
                     v)
@@ -72,8 +93,8 @@ def cell_of(v: AxisVerdict, level: str) -> Cell:
 
 def _mismatch_text(m: Mismatch) -> str:
     lines = [f"{m.label} across {m.axis}: {m.a} vs {m.b}"]
-    lines += [f"  {name}: {stats}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
-    lines += [f"  {line}" for line in m.no_numbers]
+    lines += [f"  {name}: {stats.text()}" for name, stats in (("out", m.out), ("lse", m.lse)) if stats is not None]
+    lines += [f"  {line}" for line in m.no_numbers + m.reference]
     lines.append(f"  why: {'; '.join(m.why)}")
     return "\n".join(lines)
 
@@ -98,9 +119,19 @@ def _claim_results(cmp: Comparison, rows: Dict[str, Dict[str, AxisVerdict]]) -> 
                 causes.setdefault(cause, example)
         groups = sum(v.groups for v in verdicts.values())
         bad = differing + (explained if level == "bitwise" else ())
+        measured = None
+        if bound_of(level) is not None:  # the numbers decide, not the explanations
+            bad = tuple(r for r, v in verdicts.items() if _bound_fails(v))
+            explained = tuple(r for r, v in verdicts.items() if v.status in ("differs", "explained") and r not in bad)
+            differing, measured = bad, _merged(v.measured for v in verdicts.values())
         status = ("ignored" if level == "ignore" else "not compared" if not groups
                   else "broken" if bad else "held")
-        out.append(ClaimResult(axis, level, status, groups, differing, explained, causes))
+        if measured is None:
+            out.append(ClaimResult(axis, level, status, groups, differing, explained, causes))
+            continue
+        worst = measured.worst if measured.pairs > measured.unmeasured else None
+        out.append(ClaimResult(axis, level, status, groups, differing, explained, causes, measured.summary(), worst,
+                               measured.pairs, measured.failing))
     return tuple(out)
 
 
@@ -122,12 +153,15 @@ def _per_request(cmp: Comparison, cells: Dict[str, Dict[str, Cell]]) -> List[Fin
             else:
                 title = (f"{request} differs across {axis} ({v.explained_groups}/{v.groups} groups), "
                          f"explained by {causes}")
+            shown = examples[(request, axis)]
             if level == "bitwise":
                 title += f" [breaks {axis} bitwise]"
             elif level == "ignore":
                 title += f" [{axis} claimed ignore]"
-            out.append(Finding(v.status, cell.severity, title, axis, request, causes,
-                               examples=tuple(examples[(request, axis)])))
+            elif v.measured is not None:  # a bound: the worst pair first
+                title += f" [{cell.word}: {v.measured.summary()}]"
+                shown = [v.measured.example(axis), *shown]
+            out.append(Finding(v.status, cell.severity, title, axis, request, causes, examples=tuple(shown)))
     return out
 
 
@@ -151,6 +185,10 @@ def _claim_findings(cmp: Comparison, claims: Sequence[ClaimResult]) -> List[Find
     for c in claims:
         if c.status == "broken":
             bad = c.differing + (c.explained if c.level == "bitwise" else ())
+            if c.measured:  # a bound: what was measured
+                out.append(Finding("broken_claim", FAIL, f"{c.axis} claimed {c.level}, {_requests(bad)}: {c.measured}",
+                                   c.axis, cause=c.measured, items=bad))
+                continue
             why = c.cause_text() or "unexplained"
             out.append(Finding("broken_claim", FAIL, f"{c.axis} claimed {c.level}, {_requests(bad)} ({why})",
                                c.axis, cause=why, items=bad))
@@ -213,7 +251,7 @@ def _summary(claims: Sequence[ClaimResult], findings: Sequence[Finding], cmp: Co
     parts += [f"{n} {_COUNTED[k]}" for k, n in counted.items()]
     parts += [f.title for f in findings if f.severity == FAIL and f.kind in ("provisional_baseline", "no_baseline")]
     explained = [f"{c.axis} {len(c.explained)} request{'s' * (len(c.explained) > 1)} ({c.cause_text(values=False)})"
-                 for c in claims if c.status == "held" and c.explained]
+                 for c in claims if c.status == "held" and c.explained and not c.measured]
     if explained:
         parts.append("explained: " + ", ".join(explained))
     warns = [f for f in findings if f.severity == WARN]
@@ -226,7 +264,8 @@ def _summary(claims: Sequence[ClaimResult], findings: Sequence[Finding], cmp: Co
                 warned[f.kind] += len(f.items) or 1
         if warned:
             parts.append(f"{said}: " + ", ".join(f"{n} {KINDS[k]}" for k, n in warned.items()))
-    held = [c.axis + (" bitwise" if c.level == "bitwise" else "") for c in claims if c.status == "held"]
+    held = [c.axis + (f" {c.level}" if c.level == "bitwise" or bound_of(c.level) else "")
+            + (f" ({c.measured})" if c.measured else "") for c in claims if c.status == "held"]
     unchecked = [c.axis + (f" (claimed {c.level})" if cmp.claims.required(c.axis) or cmp.claims.strict else "")
                  for c in claims if c.status == "not compared"]
     parts.append("held: " + (", ".join(held) or "none")
@@ -245,6 +284,10 @@ def _max_ulp(cmp: Comparison, requests: Sequence[str]) -> Dict[str, int]:
     for m in cmp.mismatches:
         name = folded_request(m.request)
         worst[name] = max([worst.get(name, 0), *(s.max_ulp for s in (m.out, m.lse) if s is not None)])
+    for v in cmp.verdicts:  # a ulp bound measured every differing pair's output
+        if v.measured is not None and v.measured.bound.kind == "ulp" and v.measured.pairs > v.measured.unmeasured:
+            name = folded_request(v.request)
+            worst[name] = max(worst.get(name, 0), int(v.measured.worst))
     return worst
 
 

@@ -69,6 +69,7 @@ class RunSummary:
     versions: List[str] = field(default_factory=list)  # the `versions:` environments its rows ran in
     packages: Dict[str, str] = field(default_factory=dict)  # torch, flashinfer, sglang as its rows recorded them
     broken: List[str] = field(default_factory=list)  # the claims (axes) it broke
+    bounds: List[str] = field(default_factory=list)  # bound claims and what they measured ("batch ulp:4 held: ...")
 
     @property
     def version(self) -> str:
@@ -159,7 +160,8 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
         [f.title for f in verdict.findings
          if f.severity == FAIL and f.kind in ("unverified_claim", "nothing_compared")],
         _values(cols, "backend"), _values(cols, "version"), _packages(cols),
-        [c.axis for c in verdict.claims if c.status == "broken"])
+        [c.axis for c in verdict.claims if c.status == "broken"],
+        [c.text for c in verdict.claims if c.measured])
 
 
 _PACKAGES = ("torch", "flashinfer", "sglang")

@@ -49,7 +49,8 @@ COMPARED_WARNINGS = ("known_bug_fixed", "plan_unknown", "incomplete_run")
 
 # a cell's state -> what the legend calls it
 CELL_STATES = {"breaks": "breaks a claim", "explained": "explained (not claimed bitwise)",
-               "ignored": "differs (claimed ignore)", "equal": "equal", "n/a": "not compared"}
+               "ignored": "differs (claimed ignore)", "within": "differs within the claimed bound", "equal": "equal",
+               "n/a": "not compared"}
 
 REPRODUCIBLE, FAILURE, NOT_VERIFIED = "REPRODUCIBLE", "DETERMINISM FAILURE", "NOT VERIFIED"
 
@@ -85,10 +86,11 @@ class Finding:
 class Cell:
     """One request x axis as every presenter shows it: its state (the colour) and its words, from the
     axis' verdict under the axis' claim. breaks: its difference fails the claim (red); explained or
-    ignored: a difference that counts for nothing (yellow); equal (green); n/a: not compared (grey)."""
+    ignored: a difference that counts for nothing (yellow); within: a difference inside the claimed bound
+    (light green); equal (green); n/a: not compared (grey)."""
 
-    state: str  # equal | explained | ignored | breaks | n/a
-    word: str  # what it is: "breaks bitwise", "unexplained" (breaks explained), "explained", "equal", ...
+    state: str  # equal | explained | ignored | within | breaks | n/a
+    word: str  # what it is: "breaks bitwise", "unexplained" (breaks explained), "within ulp:4", "equal", ...
     text: str  # the word and its count: "equal (8)", "breaks bitwise 2/4", "differs 1/2 (ignored)"
     verdict: AxisVerdict  # the request's (copies folded) groups along the axis
 
@@ -100,15 +102,24 @@ class Cell:
 @dataclass(frozen=True)
 class ClaimResult:
     axis: str
-    level: str  # bitwise | explained | ignore
+    level: str  # bitwise | explained | ignore | a bound: ulp:N, abs:X, rel:X
     status: str  # held | broken | not compared | ignored
     groups: int = 0
-    differing: Tuple[str, ...] = ()  # requests with an unexplained difference
-    explained: Tuple[str, ...] = ()  # requests whose differences plans/environments explain
+    differing: Tuple[str, ...] = ()  # requests with an unexplained difference (a bound: beyond it, or unmeasured)
+    explained: Tuple[str, ...] = ()  # requests whose differences plans/environments explain (a bound: within it)
     causes: Mapping[str, str] = field(default_factory=dict)  # cause -> first example of its values
+    measured: str = ""  # a bound: "max 2 ULP", "max 9 ULP > 4 in 1/3 pairs", pairs without numbers
+    worst: Optional[float] = None  # a bound: the largest value measured (its unit), None: no pair measured
+    pairs: int = 0  # a bound: differing pairs measured (or that could not be)
+    failing: int = 0  # a bound: of them, beyond it or without numbers
 
     def cause_text(self, values: bool = True) -> str:
         return ", ".join(f"{c} {v}" if values and v else c for c, v in self.causes.items())
+
+    @property
+    def text(self) -> str:
+        """"batch ulp:4 held: max 2 ULP", "batch bitwise broken"."""
+        return f"{self.axis} {self.level} {self.status}" + (f": {self.measured}" if self.measured else "")
 
 
 @dataclass(frozen=True)

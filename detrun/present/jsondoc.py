@@ -30,7 +30,7 @@ def _cell(c: Cell) -> Dict[str, Any]:
     v = c.verdict
     return {"state": c.state, "word": c.word, "text": c.text, "status": v.status, "groups": v.groups,
             "rows": v.rows, "differing_groups": v.differing_groups, "explained_groups": v.explained_groups,
-            "causes": dict(v.causes)}
+            "causes": dict(v.causes), "measured": _plain(v.measured)}
 
 
 def verdict_doc(v: Verdict) -> Dict[str, Any]:

@@ -50,7 +50,7 @@ def junit_xml(verdict: Verdict, name: str = "detrun") -> str:
         elif c.status in ("not compared", "ignored"):
             suite.case("detrun.claim", f"{c.axis} {c.level}", "skipped", f"{c.axis}: {c.status}")
         else:
-            suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", f"{c.axis} {c.level}: held")
+            suite.case("detrun.claim", f"{c.axis} {c.level}", "system-out", c.text)
     per_request = {(f.request, f.axis): f for f in verdict.findings if f.kind in ("differs", "explained")}
     for request, cells in verdict.cells.items():
         for axis in AXIS_NAMES:

@@ -15,7 +15,8 @@ from ..judge.history import History
 from ..judge.verdict import FAIL, FAILURE, INFO, KINDS, NOT_VERIFIED, REPRODUCIBLE, WARN, Cell, Finding, Verdict
 from ..stages import BESIDE, GC_PAUSE
 
-_STYLE = {"equal": "green", "explained": "yellow", "ignored": "yellow", "breaks": "bold red", "n/a": "dim"}
+_STYLE = {"equal": "green", "explained": "yellow", "ignored": "yellow", "within": "green", "breaks": "bold red",
+          "n/a": "dim"}
 _SEVERITY = {FAIL: "bold red", WARN: "yellow", INFO: "cyan"}
 _VERDICT = {REPRODUCIBLE: "bold green", FAILURE: "bold red", NOT_VERIFIED: "bold red"}
 _CLAIM = {"held": "green", "broken": "bold red", "not compared": "dim", "ignored": "dim"}
@@ -66,6 +67,7 @@ def print_comparison(verdict: Verdict, console: Console, details: int = 3) -> No
     the request x axis table, and the verdict again as the last line."""
     console.print(verdict_line(verdict), soft_wrap=True)
     console.print("claims: " + ", ".join(f"{c.axis} {c.level} [{_CLAIM[c.status]}]{c.status}[/]"
+                                         + (f": {escape(c.measured)}" if c.measured else "")
                                          for c in verdict.claims), soft_wrap=True)
     for f in verdict.of("broken_claim") + verdict.of("nothing_compared") + verdict.of("unverified_claim"):
         console.print(f"[{_SEVERITY[f.severity]}]{f.label}[/]: {escape(f.title)}", soft_wrap=True)
@@ -111,6 +113,8 @@ def print_history(hist: History, console: Console) -> None:
                       + (f"  {escape(counts)}" if counts else ""), soft_wrap=True)
         for line in r.unverified:
             console.print(f"       [bold red]not verified[/]: {escape(line)}", soft_wrap=True)
+        for line in r.bounds:
+            console.print(f"       bound: {escape(line)}", soft_wrap=True)
     _listing(console, "cases whose bits changed (against earlier runs of the same job)",
              [escape(str(d)) for d in hist.drifts], "bold red")
     _listing(console, "known good -> broken -> fixed, per job", [escape(str(s)) for s in hist.stories], "bold red")

@@ -13,7 +13,8 @@ from ..paths import write_output
 from ..record.fingerprint import FINGERPRINT_FIELDS
 
 # a cell's state (findings.Cell) -> its colour: red only where a difference breaks a claim
-COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "equal": "#2ca02c", "n/a": "#d9d9d9"}
+COLOURS = {"breaks": "#d62728", "explained": "#f0b400", "ignored": "#f0b400", "within": "#98df8a", "equal": "#2ca02c",
+           "n/a": "#d9d9d9"}
 _CSS = """body{font:14px sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}pre{margin:0;white-space:pre-wrap}
 .verdict{font-size:22px;font-weight:bold;padding:8px 12px;color:#fff;display:inline-block}
@@ -82,9 +83,11 @@ def build_report(verdict: Verdict, title: str = "detrun report") -> str:
     counts = Counter(c.word for c in cells)
     summary = (f"runs: {', '.join(verdict.runs)}; {verdict.rows} rows; request x axis: "
                + ", ".join(f"{n} {word}" for word, n in counts.items()) + f"; claims: {verdict.describe_claims()}")
-    claims = _table(["axis", "claim", "status", "groups", "differ (unexplained)", "explained", "causes"],
-                    [[c.axis, c.level, escape(c.status), str(c.groups), escape(", ".join(c.differing)),
-                      escape(", ".join(c.explained)), escape(c.cause_text())] for c in verdict.claims])
+    claims = _table(["axis", "claim", "status", "measured", "groups", "differ (unexplained; a bound: beyond it)",
+                     "explained (a bound: within it)", "causes"],
+                    [[c.axis, escape(c.level), escape(c.status), escape(c.measured), str(c.groups),
+                      escape(", ".join(c.differing)), escape(", ".join(c.explained)), escape(c.cause_text())]
+                     for c in verdict.claims])
     legend = " ".join(f'<span style="background:{c};padding:0 8px">&nbsp;</span> {CELL_STATES[s]}'
                       for s, c in COLOURS.items())
     parts = [

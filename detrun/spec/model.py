@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Literal, Optional, Sequence, Union
+from typing import Annotated, Callable, Dict, List, Literal, Optional, Sequence, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..envflags import (
     BOOL_FLAGS,
@@ -22,6 +22,7 @@ from ..envflags import (
 )
 from ..errors import DetrunError
 from ..record.keys import COPY, base_request, copy_name
+from .levels import checked_level
 from .messages import blamed_override, error_text, kind_of
 from .sglang import CAPTURE_BS_0510, SGLANG_BACKEND_MIN, apply_profile, reads_use_paged
 from .sweep import Generator, expand
@@ -40,7 +41,7 @@ def _all_modes() -> List[Mode]:
 def _prefill_only() -> List[Phase]:
     return ["prefill"]
 Axis = Literal["repeat", "gpu", "mode", "batch", "phase", "run", "backend", "version"]  # claims.AXIS_NAMES
-Level = Literal["bitwise", "explained", "ignore"]  # claims.LEVELS
+Level = Annotated[str, AfterValidator(checked_level)]  # levels.py: bitwise, explained, ignore, ulp:N, abs:X, rel:X
 DType = Literal["bf16", "fp16", "fp32"]
 
 
