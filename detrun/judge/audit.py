@@ -1,4 +1,5 @@
-"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took.
+"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took, and a torch row
+(backends sdpa, flex) the kernel it pinned (its attn).
 
 The path names are the record's (record/paths.py), where the backends take them from too."""
 
@@ -18,8 +19,48 @@ def is_paged_kernel(name: str) -> bool:
     return "PagedKVCache" in name or "PagedParams" in name
 
 
-def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
-    """None if the kernels fit the path; else what is wrong. Rows without recorded kernels pass."""
+# The torch attention families a name belongs to, tried in this order (cuDNN's SDPA kernels say flash_fprop:
+# cudnn first). CUDA kernels of the fused SDPA kernels, and on the CPU the aten op that ran.
+TORCH_FAMILIES = (
+    ("sdpa-cudnn", ("cudnn",)),
+    ("sdpa-efficient", ("fmha_cutlass", "efficient_attention", "memeffattention")),
+    ("sdpa-flash", ("flash",)),
+    ("sdpa-math", ("_attention_math", "softmax")),
+    ("flex", ("flex_attention", "triton_tem_")),
+)
+
+
+def torch_family(name: str) -> Optional[str]:
+    """The attention family of one recorded kernel or op name (None: not an attention kernel)."""
+    low = name.lower()
+    return next((family for family, marks in TORCH_FAMILIES if any(m in low for m in marks)), None)
+
+
+def is_torch_attn(attn: str) -> bool:
+    return attn.startswith("sdpa-") or attn == "flex"
+
+
+def audit_torch(attn: str, kernels: Iterable[str]) -> Optional[str]:
+    """A torch row: every attention kernel recorded is of the pinned family (sdpa-math: no fused kernel), and
+    the pinned fused kernel ran (flex compiled: its Triton template; flex eager runs plain ops)."""
+    names = list(kernels)
+    found = {n: torch_family(n) for n in names}
+    pinned_fused = attn not in ("sdpa-math", "flex")
+    other = [n for n, f in found.items() if f is not None and f != attn
+             and not (attn == "flex" and f == "sdpa-math")]  # flex eager's reference softmax
+    if other:
+        return f"pinned {attn} but a {found[other[0]]} kernel ran: {other[0][:120]}"
+    if pinned_fused and attn not in found.values():
+        return f"pinned {attn} but no {attn} kernel ran (recorded: {', '.join(n[:60] for n in names[:3])})"
+    return None
+
+
+def audit_kernels(path: str, kernels: Iterable[str], attn: str = "") -> Optional[str]:
+    """None if the kernels fit the path (and a torch row's pinned kernel); else what is wrong. Rows without
+    recorded kernels pass."""
+    if is_torch_attn(attn):
+        kernels = list(kernels)
+        return audit_torch(attn, kernels) if kernels else None
     names = [k for k in kernels if k.startswith("flashinfer::") or "flashinfer" in k]
     if not names:
         return None

@@ -47,6 +47,7 @@ class Row(TypedDict):
     plan: str  # JSON (plans.py)
     kernels: List[str]
     wiring: str  # JSON, backend sglang: what SGLang planned and ran (judge/wiring.py); else ""
+    ref_error: str  # JSON {"reference": "fp64-cpu"|"fp32", "out": {"max_abs", "max_rel", "max_ulp"}, "lse": {...}} or ""
     plan_ms: float
     run_ms: float
     flags: str  # JSON, as the task saw them
@@ -87,7 +88,7 @@ STATUSES = tuple(s.value for s in Status)  # the stored strings
 _DEFAULTS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.float64(): 0.0, pa.bool_(): False}
 # Columns added to SCHEMA later, and what a row stored before has there (None: null).
 ADDED: Dict[str, object] = {"phase": "prefill", "last_out_digest": None, "last_lse_digest": None, "sglang": "",
-                            "wiring": ""}
+                            "wiring": "", "ref_error": ""}
 
 
 def with_added(table: pa.Table, names: Iterable[str]) -> pa.Table:

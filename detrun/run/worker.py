@@ -59,13 +59,16 @@ def import_flashinfer(stages: Optional[Stages] = None) -> None:
         import flashinfer  # noqa: F401
 
 
+TORCH_BACKENDS = ("reference", "sdpa", "flex")  # need neither CUDA nor flashinfer
+
+
 def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
     """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
     flashinfer, which must import (load): never a silent fallback. sglang needs CUDA, flashinfer and the SGLang
     the job names. Raises BackendUnavailable (EnvironmentMismatch for another SGLang)."""
     asked = spec.backend
-    if asked == "reference":
-        return "reference", ""
+    if asked in TORCH_BACKENDS:  # pure torch: CPU or CUDA (the backend refuses a kernel the device lacks)
+        return asked, ""
     if asked == "sglang":  # the environment first: another SGLang is exit 2 wherever the task runs
         envinfo.check_sglang(spec)
     if not has_cuda:
@@ -109,6 +112,14 @@ def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optiona
         from ..kernels.backends.reference import ReferenceBackend
 
         return ReferenceBackend(spec, device, stages, flags)
+    if name == "sdpa":
+        from ..kernels.backends.sdpa import SdpaBackend
+
+        return SdpaBackend(spec, device, stages, flags)
+    if name == "flex":
+        from ..kernels.backends.flex import FlexBackend
+
+        return FlexBackend(spec, device, stages, flags)
     if name == "sglang":
         from ..kernels.backends.sglang import SGLangBackend  # imports SGLang: only here, inside a task
 
@@ -157,6 +168,8 @@ class ShardRunner:
                     self.backend = make_backend(self.backend_name, spec, self.device, self.stages, self.flags)
                 except EnvironmentMismatch as exc:
                     self.environment_error = self.poisoned = str(exc)
+                except BackendUnavailable as exc:  # a torch kernel this device lacks: its rows say so
+                    self.note = self.poisoned = str(exc)
         with self.stages("environment"):
             env = envinfo.environment(self.device, self.flags.flags,
                                       sglang=envinfo.installed_sglang() if spec.backend == "sglang" else "")
