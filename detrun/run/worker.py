@@ -30,6 +30,7 @@ from ..kernels.backends.base import (
 )
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
+from ..kernels.referror import RefErrors
 from ..record.keys import row_key
 from ..record.status import Status
 from ..record.task import Deferred, TaskResult
@@ -198,6 +199,8 @@ class ShardRunner:
             self.use_digest_stream(True)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
         self.draws = Draws(spec, self.device, draw_threads())
+        # each row's error against an fp64 (CPU) or fp32 (device) reference (spec reference_error)
+        self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
 
     def use_digest_stream(self, on: bool) -> None:
@@ -229,7 +232,7 @@ class ShardRunner:
             with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
                 digests = PendingDigests([output.out, output.lse], bounds,
                                          [] if decode else [b - 1 for b in bounds[1:]])
-        self.pending.append((cell, bounds, output, digests))
+        self.pending.append((cell, bounds, output, digests, batch))
         if self.streams and self.lag and len(self.pending) >= self.lag:
             self._bound_lag(self.pending[-self.lag][3])
 
@@ -245,13 +248,19 @@ class ShardRunner:
         while len(self.pending) > keep:
             self._write(*self.pending.popleft())
 
-    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests) -> None:
+    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests, batch) -> None:
         try:
             with self.stages(DEVICE_WAIT):  # the kernel and its digests (a failure of the kernel surfaces here)
                 pending.wait()
             with self.stages("digest", count=False):  # the same cell's digests: counted at their launch
                 names = pending.names()
-            self._rows(cell, Status.OK, output=output, digests=self._fields(bounds, output, names))
+            fields = self._fields(bounds, output, names)
+            if self.ref_errors is not None:
+                with self.stages("reference error"):
+                    texts = self.ref_errors.rows(batch, cell.phase, output.out, output.lse, bounds)
+                for f, text in zip(fields, texts):
+                    f["ref_error"] = text
+            self._rows(cell, Status.OK, output=output, digests=fields)
         except Exception as exc:
             self._failed(cell, exc)
 
