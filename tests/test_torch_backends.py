@@ -32,7 +32,7 @@ def _by_key(rows, status="ok"):
 
 @pytest.mark.parametrize("backend, opts, attn", [("sdpa", {"sdpa": {"kernel": "math"}}, "sdpa-math"),
                                                   ("sdpa", {"sdpa": {"kernel": "flash"}}, "sdpa-flash"),
-                                                  ("flex", {}, "flex")])
+                                                  ("flex", {}, "flex-eager")])
 def test_a_torch_backend_runs_a_job_bitwise_stable_across_repeats(store, backend, opts, attn):
     run_inline(store, small(backend=backend, **PHASES, **opts), "t")
     rows = _rows(store, "t")
@@ -114,6 +114,9 @@ def test_the_audit_fails_a_torch_row_whose_kernels_are_not_the_pinned_kernel(sto
     assert "no sdpa-flash kernel ran" in audit_kernels("paged", ["ampere_bf16_s16816gemm_bf16_128x64"], "sdpa-flash")
     assert "a sdpa-math kernel ran" in audit_kernels("paged", [flash_cuda, "cunn_SoftMaxForward"], "sdpa-flash")
     assert "a sdpa-flash kernel ran" in audit_kernels("paged", [flash_cuda, "gemm"], "sdpa-math")
+    assert audit_kernels("decode", ["triton_tem_fused_0", "triton_poi_fused_1"], "flex") is None
+    assert "no Triton kernel ran" in audit_kernels("decode", ["cunn_SoftMaxForward", "gemm"], "flex")
+    assert "a sdpa-flash kernel ran" in audit_kernels("paged", [flash_cuda], "flex")
     # a real run: torch's CPU math recorded, then one row's list tampered to the CPU flash op
     run_inline(store, small(backend="sdpa", sdpa={"kernel": "math"}, **TINY), "a")
     assert not compare_runs(store, ["a"]).audit

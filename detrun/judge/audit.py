@@ -37,21 +37,25 @@ def torch_family(name: str) -> Optional[str]:
 
 
 def is_torch_attn(attn: str) -> bool:
-    return attn.startswith("sdpa-") or attn == "flex"
+    return attn.startswith(("sdpa-", "flex"))
 
 
 def audit_torch(attn: str, kernels: Iterable[str]) -> Optional[str]:
-    """A torch row: every attention kernel recorded is of the pinned family (sdpa-math: no fused kernel), and
-    the pinned fused kernel ran (flex compiled: its Triton template; flex eager runs plain ops)."""
+    """A torch row: no attention kernel of another family than the pinned one (sdpa-math: no fused kernel;
+    flex: no SDPA kernel), and the pinned fused SDPA kernel ran; flex compiled for CUDA (attn flex) ran Triton
+    kernels (inductor's: not torch's eager fallback); flex-eager and flex-cpp run plain ops."""
     names = list(kernels)
     found = {n: torch_family(n) for n in names}
-    pinned_fused = attn not in ("sdpa-math", "flex")
+    flex = attn.startswith("flex")
     other = [n for n, f in found.items() if f is not None and f != attn
-             and not (attn == "flex" and f == "sdpa-math")]  # flex eager's reference softmax
+             and not (flex and f in ("flex", "sdpa-math"))]  # flex eager's unfused softmax
     if other:
         return f"pinned {attn} but a {found[other[0]]} kernel ran: {other[0][:120]}"
-    if pinned_fused and attn not in found.values():
-        return f"pinned {attn} but no {attn} kernel ran (recorded: {', '.join(n[:60] for n in names[:3])})"
+    recorded = ", ".join(n[:60] for n in names[:3])
+    if attn == "flex" and not any(n.startswith("triton") for n in names):
+        return f"flex compiled but no Triton kernel ran (torch's eager fallback?): {recorded}"
+    if not flex and attn != "sdpa-math" and attn not in found.values():
+        return f"pinned {attn} but no {attn} kernel ran (recorded: {recorded})"
     return None
 
 

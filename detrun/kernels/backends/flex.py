@@ -24,17 +24,23 @@ def _flex(compiled: bool):
     if not compiled:
         return flex_attention
     if "fn" not in _COMPILED:
+        import torch._dynamo
+
+        # every case and phase is a shape and mask of its own: a recompile each, never the silent eager fallback
+        # past dynamo's default limit (8)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1024)
         _COMPILED["fn"] = torch.compile(flex_attention, dynamic=False)
     return _COMPILED["fn"]
 
 
 class FlexBackend(TorchAttention):
     name = "flex"
-    attn = "flex"
 
     def __init__(self, spec, device, stages=None, flags=None):
         super().__init__(spec, device, stages, flags, spec.flex)
         self.compiled = spec.flex.compile if spec.flex.compile is not None else device.type == "cuda"
+        # flex: compiled to Triton (the audit wants a Triton kernel); flex-eager: torch's unfused implementation
+        self.attn = "flex-eager" if not self.compiled else "flex" if device.type == "cuda" else "flex-cpp"
 
     def plan(self, phase: str) -> dict:
         return {"kernel": "flex", "compiled": self.compiled, "block_size": self.opts.block_size, "phase": phase,
