@@ -58,10 +58,9 @@ class RefErrors:
         spec, plen, n = self.spec, batch.prefix_lens[i], batch.qo_lens[i]
         first = n - 1 if phase == "decode" else 0
         span = batch.span(i)
-        on = {"device": self.device, "dtype": self.dtype}
-        q = batch.q[span.start + first : span.stop].to(**on)
+        q = batch.q[span.start + first : span.stop].to(self.device, self.dtype)
         group = spec.heads.qo // spec.heads.kv
-        k, v = (gather(c, batch.full, i, plen + n).to(**on).repeat_interleave(group, 1)
+        k, v = (gather(c, batch.full, i, plen + n).to(self.device, self.dtype).repeat_interleave(group, 1)
                 for c in (batch.k_cache, batch.v_cache))
         q_pos = torch.arange(plen + first, plen + n, device=self.device)
         causal = spec.causal and phase != "decode"
