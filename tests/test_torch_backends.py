@@ -3,6 +3,7 @@ prefixes and decode, bitwise stable across repeats, close to the reference backe
 reference error filled and plausible; the kernel audit catches a torch row whose kernels are not the pinned
 kernel's; two runs of one job on different backends line up row for row."""
 
+import importlib.util
 import json
 
 import pytest
@@ -17,7 +18,7 @@ from detrun.kernels.inputs import build_batch
 from detrun.kernels.referror import errors, ulp_of
 from detrun.run.worker import resolve_backend
 from detrun.spec.model import spec_from_dict
-from tests.helpers import TINY, rewrite_rows, run_inline, small, stored_tensor
+from tests.helpers import ROOT, TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small, stored_tensor
 
 PHASES = {"phases": ["prefill", "decode"], "repeats": 2, "modes": ["eager"]}
 
@@ -143,3 +144,29 @@ def test_runs_of_one_job_on_different_backends_line_up_row_for_row(store):
               for x in ("ref", "math")]
     assert shapes[0] == shapes[1]
 
+
+
+def _parity_script():
+    found = importlib.util.spec_from_file_location("parity", ROOT / "scripts" / "parity.py")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+def test_the_parity_script_finds_a_pair_bitwise_and_a_one_ulp_flip_in_a_copy(store, capsys):
+    parity = _parity_script()
+    job = small(backend="sdpa", sdpa={"kernel": "math"}, reference_error="fp64", **TINY)
+    run_inline(store, job, "a")
+    run_inline(store, job, "b")
+    run_inline(store, small(backend="reference", **TINY), "r")
+    rows = {r: parity._ok_rows(store, r) for r in "abr"}
+    same = parity.pair_stats(store, "a", "b", rows["a"], rows["b"])
+    assert same["rows"] == same["bitwise_rows"] == 11 and same["out"]["max_ulp"] == 0
+    flip_one_ulp(store, "b", is_alone_target)
+    rows["b"] = parity._ok_rows(store, "b")
+    flipped = parity.pair_stats(store, "a", "b", rows["a"], rows["b"])
+    assert flipped["bitwise_rows"] == 10 and flipped["out"]["differing_rows"] == 1
+    assert flipped["out"]["max_ulp"] == 1 and flipped["lse"]["differing_rows"] == 0
+    assert parity.ref_summary(rows["r"]) == {}  # the reference run stored no reference error
+    worst = parity.ref_summary(rows["a"])
+    assert worst["reference"] == "fp64-cpu" and 0 < worst["out"]["max_abs"] < 2e-2
