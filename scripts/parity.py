@@ -43,6 +43,8 @@ def run_plan(root: str, lines: List[str]) -> int:
             counts = {s: rows.count(s) for s in sorted(set(rows))}
             print(f"== run {run_id}: {counts}{f', {len(left)} cells left for isolated workers' if left else ''} "
                   f"in {time.perf_counter() - start:.1f} s", flush=True)
+            kernels = sorted({k for ks in table.column("kernels").to_pylist() for k in ks or []})
+            print(f"   kernels recorded: {'; '.join(k[:90] for k in kernels[:8]) or 'none'}", flush=True)
             reasons = sorted({r for r in table.column("reason").to_pylist() if r})
             for reason in reasons[:3]:  # why cells did not run (an Unsupported capture, a kernel's error)
                 print(f"   {reason[:300]}", flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
+from ..record.attn import torch_family
 from ..record.paths import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
 
 
@@ -17,23 +18,6 @@ def is_ragged_kernel(name: str) -> bool:
 
 def is_paged_kernel(name: str) -> bool:
     return "PagedKVCache" in name or "PagedParams" in name
-
-
-# The torch attention families a name belongs to, tried in this order (cuDNN's SDPA kernels say flash_fprop:
-# cudnn first). CUDA kernels of the fused SDPA kernels, and on the CPU the aten op that ran.
-TORCH_FAMILIES = (
-    ("sdpa-cudnn", ("cudnn",)),
-    ("sdpa-efficient", ("fmha_cutlass", "efficient_attention", "memeffattention")),
-    ("sdpa-flash", ("flash",)),
-    ("sdpa-math", ("_attention_math", "softmax")),
-    ("flex", ("flex_attention", "triton_tem_")),
-)
-
-
-def torch_family(name: str) -> Optional[str]:
-    """The attention family of one recorded kernel or op name (None: not an attention kernel)."""
-    low = name.lower()
-    return next((family for family, marks in TORCH_FAMILIES if any(m in low for m in marks)), None)
 
 
 def is_torch_attn(attn: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Hashable, List, Tuple
 import torch
 
 from ...errors import first_line
-from ...judge.audit import torch_family
+from ...record.attn import torch_family
 from ..inputs import Batch, PageTable
 from .base import PATH_DECODE, PATH_PAGED, AttentionBackend, Output, Unsupported
 from .profiling import KernelProfiling
