@@ -11,7 +11,7 @@ import torch
 
 from detrun.judge.audit import audit_kernels
 from detrun.judge.compare import compare_runs
-from detrun.kernels.backends.base import BackendUnavailable
+from detrun.kernels.backends.base import BackendUnavailable, Unsupported
 from detrun.kernels.backends.reference import ReferenceBackend
 from detrun.kernels.backends.sdpa import SdpaBackend
 from detrun.kernels.inputs import build_batch
@@ -62,6 +62,12 @@ def test_sdpa_math_is_within_a_bf16_rounding_of_the_exact_reference(monkeypatch)
             # both round an fp32 result to bf16 once: at most one bf16 ULP apart
             assert (a.out.float() - b.out.float()).abs().le(ulp_of(b.out.float(), torch.bfloat16)).all()
             assert (a.lse - b.lse).abs().max().item() < 1e-5
+
+
+def test_a_cuda_graph_cell_on_the_cpu_is_skipped_with_the_reason():
+    spec = spec_from_dict(small(backend="sdpa", sdpa={"kernel": "math"}))
+    with pytest.raises(Unsupported, match="cudagraph mode needs a CUDA device"):
+        SdpaBackend(spec, torch.device("cpu")).forward(build_batch(spec, "alone"), "cudagraph")
 
 
 def test_a_kernel_the_device_lacks_is_refused_naming_it():

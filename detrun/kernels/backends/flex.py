@@ -18,6 +18,19 @@ from .torch_attn import LN2, Request, TorchAttention
 _COMPILED: dict = {}
 
 
+def _lse_request() -> dict:
+    """flex_attention's argument that returns the LSE: return_aux=AuxRequest(lse=True) (torch >= 2.9; return_lse
+    is deprecated there), else return_lse=True."""
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:
+        return {"return_lse": True}
+    return {"return_aux": AuxRequest(lse=True)}
+
+
+_LSE = _lse_request()
+
+
 def _flex(compiled: bool):
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -59,12 +72,11 @@ class FlexBackend(TorchAttention):
         with self.stages("plan"):
             q, k, v, mask = self.prepare(batch, path, phase, lambda reqs: self._packed(reqs, causal))
         flex = _flex(self.compiled)
-        from torch.nn.attention.flex_attention import AuxRequest
 
         def run() -> Tuple[torch.Tensor, torch.Tensor]:
-            out, aux = flex(q, k, v, block_mask=mask, scale=self.scale, enable_gqa=True,
-                            return_aux=AuxRequest(lse=True))
-            return out[0].transpose(0, 1), aux.lse[0].transpose(0, 1).float() / LN2
+            out, lse = flex(q, k, v, block_mask=mask, scale=self.scale, enable_gqa=True, **_LSE)
+            lse = getattr(lse, "lse", lse)  # AuxOutput (torch >= 2.9), else the tensor
+            return out[0].transpose(0, 1), lse[0].transpose(0, 1).float() / LN2
 
         return self.output(run, mode, path, phase, batch.case, self.plan(phase), repeat)
 

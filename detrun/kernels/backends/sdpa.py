@@ -82,8 +82,13 @@ class SdpaBackend(TorchAttention):
         allowed = torch.ones(n, length, dtype=torch.bool, device=q.device).tril(diagonal=length - n)
         additive = torch.zeros(n, length, device=q.device).masked_fill(~allowed, -math.inf) if causal else None
         mask: Optional[torch.Tensor] = None
-        if causal and not square:
-            mask = additive.to(q.dtype)[None, None] if self.kernel in ("cudnn", "flash") else allowed  # type: ignore
+        if causal and not square and self.kernel in ("cudnn", "flash"):
+            # rows padded to 16 elements (cuDNN wants aligned bias strides, as torch's own sdpa pads them)
+            mask = torch.zeros(n, -(-length // 16) * 16, dtype=q.dtype, device=q.device)[:, :length]
+            mask.copy_(additive)  # type: ignore[arg-type]
+            mask = mask[None, None]
+        elif causal and not square:
+            mask = allowed
         return q, k, v, causal, square, mask, additive
 
     def _attend(self, q, k, v, causal: bool, square: bool, mask, additive) -> Tuple[torch.Tensor, torch.Tensor]:
