@@ -12,7 +12,7 @@ from typing import List, Tuple
 
 import torch
 
-from .base import PATH_DECODE, Output
+from .base import Output
 from .torch_attn import LN2, Request, TorchAttention
 
 _COMPILED: dict = {}
@@ -60,14 +60,7 @@ class FlexBackend(TorchAttention):
                 "packing": "one sequence, document mask", "gqa": "enable_gqa",
                 "lse": "the kernel's (AuxRequest(lse=True))"}
 
-    def forward(self, batch, mode, repeat=0) -> Output:
-        mode, path = self.prefill_path(mode, batch)
-        return self._run(batch, mode, path, "prefill", repeat)
-
-    def forward_decode(self, batch, mode, repeat=0) -> Output:
-        return self._run(batch, mode, PATH_DECODE, "decode", repeat)
-
-    def _run(self, batch, mode: str, path: str, phase: str, repeat: int) -> Output:
+    def run_cell(self, batch, mode: str, path: str, phase: str, repeat: int) -> Output:
         causal = self.spec.causal and phase != "decode"
         with self.stages("plan"):
             q, k, v, mask = self.prepare(batch, path, phase, lambda reqs: self._packed(reqs, causal))

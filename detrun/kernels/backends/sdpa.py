@@ -22,7 +22,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from .base import PATH_DECODE, BackendUnavailable, Output
+from .base import BackendUnavailable, Output
 from .torch_attn import LN2, Request, TorchAttention
 
 FUSED_ON_CPU = ("flash", "math")
@@ -52,14 +52,7 @@ class SdpaBackend(TorchAttention):
                 "lse": "fp32 q.k beside the kernel" if self.kernel == "math" else "the kernel's",
                 "causal": "bottom-right" if self.spec.causal and phase != "decode" else "none"}
 
-    def forward(self, batch, mode, repeat=0) -> Output:
-        mode, path = self.prefill_path(mode, batch)
-        return self._run(batch, mode, path, "prefill", repeat)
-
-    def forward_decode(self, batch, mode, repeat=0) -> Output:
-        return self._run(batch, mode, PATH_DECODE, "decode", repeat)
-
-    def _run(self, batch, mode: str, path: str, phase: str, repeat: int) -> Output:
+    def run_cell(self, batch, mode: str, path: str, phase: str, repeat: int) -> Output:
         causal = self.spec.causal and phase != "decode"
         calls = self.prepare(batch, path, phase, lambda reqs: [self._inputs(r, causal) for r in reqs])
 

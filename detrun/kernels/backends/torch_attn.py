@@ -4,6 +4,7 @@ kernels torch ran (CUDA kernels; on the CPU the aten attention ops), and a captu
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, List, Tuple
@@ -105,9 +106,16 @@ class TorchAttention(KernelProfiling, AttentionBackend):
         kernels = self.kernels_ran(run, mode, path, plan, repeat)
         return Output(out=out, lse=lse, path=path, attn=self.attn, plan=plan, kernels=kernels, timer=timer)
 
-    def prefill_path(self, mode: str, batch: Batch) -> Tuple[str, str]:
-        """(mode, path) of a prefill: SGLang's rule, as the other backends record it (the K/V values are the same
-        on every path; only where they are read from differs)."""
+    def forward(self, batch, mode, repeat=0) -> Output:
+        """Prefill on SGLang's path for the flag, as the other backends record it (the K/V values are the same on
+        every path; only where they are read from differs)."""
         mode = self.prefill_mode(mode, batch)
-        return mode, self.path_for(mode, batch)
+        return self.run_cell(batch, mode, self.path_for(mode, batch), "prefill", repeat)
+
+    def forward_decode(self, batch, mode, repeat=0) -> Output:
+        return self.run_cell(batch, mode, PATH_DECODE, "decode", repeat)
+
+    @abc.abstractmethod
+    def run_cell(self, batch: Batch, mode: str, path: str, phase: str, repeat: int) -> Output:
+        """One cell of a phase on a path."""
 
