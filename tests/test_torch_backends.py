@@ -97,6 +97,13 @@ def test_reference_error_of_bf16_rows_against_fp64_is_above_zero_and_below_a_bf1
     assert json.loads(row["ref_error"])["out"]["max_abs"] == pytest.approx((got - ref).abs().max().item(), rel=1e-9)
 
 
+def test_an_fp32_reference_on_the_device_is_named_and_fp32_rows_sit_far_below_a_bf16_rounding(store):
+    run_inline(store, small(backend="sdpa", sdpa={"kernel": "math"}, reference_error="fp32", dtype="fp32", **TINY), "f")
+    errs = [json.loads(r["ref_error"]) for r in _rows(store, "f")]
+    assert {e["reference"] for e in errs} == {"fp32"}
+    assert max(e["out"]["max_abs"] for e in errs) < 1e-5  # fp32 rows: far below a bf16 rounding
+
+
 def test_without_reference_error_the_column_is_empty(store):
     run_inline(store, small(backend="sdpa", sdpa={"kernel": "math"}, **TINY), "n")
     assert {r["ref_error"] for r in _rows(store, "n")} == {""}
