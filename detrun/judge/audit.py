@@ -1,4 +1,5 @@
-"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took.
+"""Kernel audit: the CUDA kernels a row recorded must match the wrapper path it says it took, and a torch row
+(backends sdpa, flex) the kernel it pinned (its attn).
 
 The path names are the record's (record/paths.py), where the backends take them from too."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional
 
+from ..record.attn import torch_family
 from ..record.paths import PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX
 
 
@@ -18,8 +20,35 @@ def is_paged_kernel(name: str) -> bool:
     return "PagedKVCache" in name or "PagedParams" in name
 
 
-def audit_kernels(path: str, kernels: Iterable[str]) -> Optional[str]:
-    """None if the kernels fit the path; else what is wrong. Rows without recorded kernels pass."""
+def is_torch_attn(attn: str) -> bool:
+    return attn.startswith(("sdpa-", "flex"))
+
+
+def audit_torch(attn: str, kernels: Iterable[str]) -> Optional[str]:
+    """A torch row: no attention kernel of another family than the pinned one (sdpa-math: no fused kernel;
+    flex: no SDPA kernel), and the pinned fused SDPA kernel ran; flex compiled for CUDA (attn flex) ran Triton
+    kernels (inductor's: not torch's eager fallback); flex-eager and flex-cpp run plain ops."""
+    names = list(kernels)
+    found = {n: torch_family(n) for n in names}
+    flex = attn.startswith("flex")
+    other = [n for n, f in found.items() if f is not None and f != attn
+             and not (flex and f in ("flex", "sdpa-math"))]  # flex eager's unfused softmax
+    if other:
+        return f"pinned {attn} but a {found[other[0]]} kernel ran: {other[0][:120]}"
+    recorded = ", ".join(n[:60] for n in names[:3])
+    if attn == "flex" and not any(n.startswith("triton") for n in names):
+        return f"flex compiled but no Triton kernel ran (torch's eager fallback?): {recorded}"
+    if not flex and attn != "sdpa-math" and attn not in found.values():
+        return f"pinned {attn} but no {attn} kernel ran (recorded: {recorded})"
+    return None
+
+
+def audit_kernels(path: str, kernels: Iterable[str], attn: str = "") -> Optional[str]:
+    """None if the kernels fit the path (and a torch row's pinned kernel); else what is wrong. Rows without
+    recorded kernels pass."""
+    if is_torch_attn(attn):
+        kernels = list(kernels)
+        return audit_torch(attn, kernels) if kernels else None
     names = [k for k in kernels if k.startswith("flashinfer::") or "flashinfer" in k]
     if not names:
         return None

@@ -22,7 +22,7 @@ from ..record.rows import ADDED, SCHEMA, with_added
 from ..record.status import Status
 from ..store.rows import read_part
 from ..store.runs import RunReader
-from .audit import audit_kernels
+from .audit import audit_kernels, is_torch_attn
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
@@ -78,7 +78,8 @@ def _labelled(table: pa.Table, label: str) -> pa.Table:
 def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
            profiled: np.ndarray) -> List[Tuple[int, str]]:
     """(row index, problem) for the ok rows of one file whose kernels contradict their path; marks in
-    `profiled` (this file's slice) the ok rows that recorded flashinfer kernels (the audited ones).
+    `profiled` (this file's slice) the ok rows that recorded flashinfer kernels, or torch rows (sdpa, flex) any
+    kernels (the audited ones).
     Kernel names are dictionary codes: each distinct (path, kernel list) is audited once."""
     kernels = table.column("kernels").combine_chunks()
     flat = kernels.flatten()
@@ -88,6 +89,10 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
     codes = flat.indices.to_numpy()
     hit = np.zeros(len(kernels), dtype=bool)
     hit[pc.list_parent_indices(kernels).to_numpy()[np.array(["flashinfer" in k for k in names])[codes]]] = True
+    attn = table.column("attn").combine_chunks()
+    torch_codes = [c for c, a in enumerate(attn.dictionary.to_pylist()) if is_torch_attn(a)]
+    if torch_codes:  # torch rows (sdpa, flex) with kernels recorded: audited against the kernel they pinned
+        hit |= np.isin(attn.indices.to_numpy(), torch_codes) & (pc.list_value_length(kernels).to_numpy() > 0)
     status = table.column("status").combine_chunks()
     hit &= pc.equal(status.cast(pa.string()), Status.OK.value).to_numpy(zero_copy_only=False)
     profiled[:] = hit
@@ -97,14 +102,15 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
     path = table.column("path").combine_chunks()
     offsets = kernels.offsets.to_numpy()
     first, length = offsets[rows] - offsets[0], np.diff(offsets)[rows]
-    parts = [path.indices.to_numpy()[rows], length]
+    parts = [path.indices.to_numpy()[rows], attn.indices.to_numpy()[rows], length]
     parts += [np.where(length > j, codes[np.minimum(first + j, len(codes) - 1)], -1) for j in range(int(length.max()))]
     combo, _ = combine(parts)
     uniq, at, inverse = np.unique(combo, return_index=True, return_inverse=True)
     problems = []
     for r in rows[at]:
         f, n = int(offsets[r] - offsets[0]), int(offsets[r + 1] - offsets[r])
-        seen = (path.dictionary[path.indices[r].as_py()].as_py(), tuple(names[c] for c in codes[f:f + n]))
+        seen = (path.dictionary[path.indices[r].as_py()].as_py(), tuple(names[c] for c in codes[f:f + n]),
+                attn.dictionary[attn.indices[r].as_py()].as_py())
         if seen not in cache:
             cache[seen] = audit_kernels(*seen)
         problems.append(cache[seen])

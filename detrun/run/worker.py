@@ -30,6 +30,7 @@ from ..kernels.backends.base import (
 )
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
+from ..kernels.referror import RefErrors
 from ..record.keys import row_key
 from ..record.status import Status
 from ..record.task import Deferred, TaskResult
@@ -59,6 +60,9 @@ def import_flashinfer(stages: Optional[Stages] = None) -> None:
         import flashinfer  # noqa: F401
 
 
+TORCH_BACKENDS = ("reference", "sdpa", "flex")  # need neither CUDA nor flashinfer
+
+
 def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = import_flashinfer) -> tuple[str, str]:
     """(backend name, note). auto is the reference only in a task without CUDA; with CUDA it is
     flashinfer, which must import (load): never a silent fallback. sglang needs CUDA, flashinfer and the SGLang
@@ -66,8 +70,8 @@ def resolve_backend(spec: JobSpec, has_cuda: bool, load: Callable[[], None] = im
     the task's versions: environment)."""
     asked = spec.backend
     envinfo.check_version(spec)  # the versions: environment first: another version is exit 2 on any backend
-    if asked == "reference":
-        return "reference", ""
+    if asked in TORCH_BACKENDS:  # pure torch: CPU or CUDA (the backend refuses a kernel the device lacks)
+        return asked, ""
     if asked == "sglang":  # the environment first: another SGLang is exit 2 wherever the task runs
         envinfo.check_sglang(spec)
     if not has_cuda:
@@ -111,6 +115,14 @@ def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optiona
         from ..kernels.backends.reference import ReferenceBackend
 
         return ReferenceBackend(spec, device, stages, flags)
+    if name == "sdpa":
+        from ..kernels.backends.sdpa import SdpaBackend
+
+        return SdpaBackend(spec, device, stages, flags)
+    if name == "flex":
+        from ..kernels.backends.flex import FlexBackend
+
+        return FlexBackend(spec, device, stages, flags)
     if name == "sglang":
         from ..kernels.backends.sglang import SGLangBackend  # imports SGLang: only here, inside a task
 
@@ -159,6 +171,8 @@ class ShardRunner:
                     self.backend = make_backend(self.backend_name, spec, self.device, self.stages, self.flags)
                 except EnvironmentMismatch as exc:
                     self.environment_error = self.poisoned = str(exc)
+                except BackendUnavailable as exc:  # a torch kernel this device lacks: its rows say so
+                    self.note = self.poisoned = str(exc)
         with self.stages("environment"):
             env = envinfo.environment(self.device, self.flags.flags,
                                       sglang=envinfo.installed_sglang() if spec.backend == "sglang" else "")
@@ -187,6 +201,8 @@ class ShardRunner:
             self.use_digest_stream(True)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
         self.draws = Draws(spec, self.device, draw_threads())
+        # each row's error against an fp64 (CPU) or fp32 (device) reference (spec reference_error)
+        self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
 
     def use_digest_stream(self, on: bool) -> None:
@@ -218,7 +234,7 @@ class ShardRunner:
             with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
                 digests = PendingDigests([output.out, output.lse], bounds,
                                          [] if decode else [b - 1 for b in bounds[1:]])
-        self.pending.append((cell, bounds, output, digests))
+        self.pending.append((cell, bounds, output, digests, batch))
         if self.streams and self.lag and len(self.pending) >= self.lag:
             self._bound_lag(self.pending[-self.lag][3])
 
@@ -234,13 +250,19 @@ class ShardRunner:
         while len(self.pending) > keep:
             self._write(*self.pending.popleft())
 
-    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests) -> None:
+    def _write(self, cell: Cell, bounds: List[int], output: Output, pending: PendingDigests, batch) -> None:
         try:
             with self.stages(DEVICE_WAIT):  # the kernel and its digests (a failure of the kernel surfaces here)
                 pending.wait()
             with self.stages("digest", count=False):  # the same cell's digests: counted at their launch
                 names = pending.names()
-            self._rows(cell, Status.OK, output=output, digests=self._fields(bounds, output, names))
+            fields = self._fields(bounds, output, names)
+            if self.ref_errors is not None:
+                with self.stages("reference error"):
+                    texts = self.ref_errors.rows(batch, cell.phase, output.out, output.lse, bounds)
+                for f, text in zip(fields, texts):
+                    f["ref_error"] = text
+            self._rows(cell, Status.OK, output=output, digests=fields)
         except Exception as exc:
             self._failed(cell, exc)
 

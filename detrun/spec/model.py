@@ -127,6 +127,27 @@ class ReferenceOpts(_Model):
     faults: Dict[str, Fault] = Field(default_factory=dict)
 
 
+class _Profiled(_Model):
+    # The kernels torch ran (torch.profiler; on the CPU the aten attention ops), for the kernel audit: the first
+    # cell of each (path, plan) in a task, within the first N repeats (null: any repeat).
+    profile_kernels: bool = True
+    profile_repeats: Optional[int] = Field(default=1, ge=1)
+
+
+class SdpaOpts(_Profiled):
+    """backend sdpa: torch's scaled_dot_product_attention with one kernel pinned (sdpa_kernel of that backend
+    alone). CPU: math or flash (torch's CPU flash kernel); efficient and cudnn need CUDA."""
+
+    kernel: Literal["flash", "efficient", "cudnn", "math"] = "flash"
+
+
+class FlexOpts(_Profiled):
+    """backend flex: FlexAttention over the batch packed as one sequence with a document + causal block mask."""
+
+    compile: Optional[bool] = None  # torch.compile'd flex_attention; None: on CUDA only (CPU runs it eager)
+    block_size: int = Field(default=128, ge=16)
+
+
 class IsolationOpts(_Model):
     """Cells that crash, hang or poison the CUDA context run in sacrificial workers (run/runner.py)."""
 
@@ -148,7 +169,8 @@ class Limits(_Model):
 class JobSpec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # run ids start with it
     # sglang: SGLang's own FlashInferAttnBackend (kernels/backends/sglang.py), the version `sglang:` names
-    backend: Literal["auto", "flashinfer", "reference", "sglang"] = "auto"
+    # sdpa, flex: the trainer's attention (torch's SDPA with a pinned kernel, FlexAttention) on the same cells
+    backend: Literal["auto", "flashinfer", "reference", "sglang", "sdpa", "flex"] = "auto"
     env: Dict[str, Union[str, int, bool]] = Field(default_factory=dict)
     deterministic: bool = False  # also claims batch: bitwise unless expect says otherwise
     expect: Dict[Axis, Level] = Field(default_factory=dict)  # claims per comparison axis (judge/claims.py)
@@ -168,6 +190,11 @@ class JobSpec(_Model):
     cases: Dict[str, List[str]] = Field(min_length=1)
     flashinfer: FlashInferOpts = FlashInferOpts()
     reference: ReferenceOpts = ReferenceOpts()
+    sdpa: SdpaOpts = SdpaOpts()
+    flex: FlexOpts = FlexOpts()
+    # Each row's error against attention computed from the same inputs in fp64 on the CPU (fp64) or in fp32 on
+    # the task's device (fp32): the row's ref_error column (kernels/referror.py); none: "".
+    reference_error: Literal["none", "fp64", "fp32"] = "none"
     isolation: IsolationOpts = IsolationOpts()
     limits: Limits = Limits()
     # Generated cases (sweep.py): expanded at validation into requests and cases, then recorded in `swept`;

@@ -1,5 +1,6 @@
 """Kernel names of a backend's cells (torch.profiler), for the kernel audit: shared by the backends that
-run FlashInfer (flashinfer.py, sglang.py). The backend has spec.flashinfer's profile knobs in self.opts."""
+run FlashInfer (flashinfer.py, sglang.py) and the torch ones (torch_attn.py). The backend has its profile knobs
+(spec.flashinfer's, spec.sdpa's, spec.flex's: profile_kernels, profile_repeats) in self.opts."""
 
 from __future__ import annotations
 

@@ -34,18 +34,19 @@ State = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # acc [n,H,D], m [n,H],
 LN2 = math.log(2.0)
 
 
-def _empty_state(n: int, h: int, d: int, device) -> State:
+def _empty_state(n: int, h: int, d: int, device, dtype: torch.dtype = torch.float32) -> State:
     return (
-        torch.zeros(n, h, d, device=device),
-        torch.full((n, h), -math.inf, device=device),
-        torch.zeros(n, h, device=device),
+        torch.zeros(n, h, d, device=device, dtype=dtype),
+        torch.full((n, h), -math.inf, device=device, dtype=dtype),
+        torch.zeros(n, h, device=device, dtype=dtype),
     )
 
 
 def attend(q, k, v, q_pos, k_pos0: int, tile: int, causal: bool, scale: float) -> State:
-    """Online softmax of q [n,H,D] over k/v [L,H,D] (heads already expanded), tile by tile, in fp32."""
+    """Online softmax of q [n,H,D] over k/v [L,H,D] (heads already expanded), tile by tile, in q's dtype (fp32;
+    fp64 for the reference error, kernels/referror.py)."""
     n, h, d = q.shape
-    acc, m, l = _empty_state(n, h, d, q.device)
+    acc, m, l = _empty_state(n, h, d, q.device, q.dtype)
     for start in range(0, k.shape[0], tile):
         kt, vt = k[start : start + tile], v[start : start + tile]
         s = torch.einsum("nhd,thd->nht", q, kt) * scale
