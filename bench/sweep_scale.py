@@ -5,11 +5,16 @@
     python bench/sweep_scale.py --scale 0.01 --length-scale 0.01 --set heads.qo=4 --set heads.kv=2 \\
         --set head_dim=32                                 # the same sweep at CPU size (reference backend)
 --scale multiplies the generators' case counts (cells follow), --length-scale every qo/prefix length.
+--workers-per-gpu N: N tasks at once on each GPU (DETRUN_WORKERS_PER_GPU), the repeats split among them
+(repeats_per_task / N); the GPU's steady line then times the window in which all its tasks were steady.
+--kernel-ms K: a steady cell's kernel measured alone (a run with one worker per GPU), for the overhead beside it.
 Prints the stage table and steady-state line of `detrun timings`, then one Markdown row for
 docs/performance.md. Exits with the verdict's code (0 reproducible, 1 not).
 """
 
 import argparse
+import math
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +29,7 @@ from detrun.run.jitcache import cache_root
 from detrun.run.resources import host_peak_mb, peaks, run_lines
 from detrun.spec.matrix import cells_for, check_size
 from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
-from detrun.stages import run_breakdown
+from detrun.stages import KERNEL_ROW, gpu_steady, run_breakdown
 from detrun.store.runs import RunStore
 
 JOB = str(Path(__file__).parent / "jobs" / "sweep10k.yaml")
@@ -59,6 +64,8 @@ def scaled(data: dict, scale: float = 1.0, length_scale: float = 1.0) -> dict:
 def load(args) -> JobSpec:
     data = yaml.safe_load(Path(args.job).read_text())
     data = scaled(apply_overrides(data, args.overrides, args.job), args.scale, args.length_scale)
+    if args.workers_per_gpu > 1:  # one shard per worker
+        data["repeats_per_task"] = math.ceil((data.get("repeats_per_task") or data["repeats"]) / args.workers_per_gpu)
     spec = spec_from_dict(data, args.job)
     check_size(spec, 1, args.job)
     return spec
@@ -79,7 +86,10 @@ def main() -> int:
     ap.add_argument("--length-scale", type=float, default=1.0, help="times every qo_len and prefix_len")
     ap.add_argument("--runs-root", default="runs-bench")
     ap.add_argument("--no-jit-cache", action="store_true")
+    ap.add_argument("--workers-per-gpu", type=int, default=1, help="tasks at once per GPU (DETRUN_WORKERS_PER_GPU)")
+    ap.add_argument("--kernel-ms", type=float, help="a steady cell's kernel alone, ms (one worker per GPU)")
     args = ap.parse_args()
+    os.environ["DETRUN_WORKERS_PER_GPU"] = str(args.workers_per_gpu)  # read by the driver at submit
     store, start = RunStore(args.runs_root), time.perf_counter()
     if args.run:
         run_id, manifest = args.run, store.manifest(args.run)
@@ -110,8 +120,26 @@ def main() -> int:
            else "manifest created -> finished, + compare now")
     print(f"time to verdict: {to_verdict:.1f} s ({how} {compare_s:.2f} s)")
     print(f"compare: {compare_s:.2f} s; this process's peak RSS (driver and compare): {host_peak_mb():.0f} MB")
+    kernel_s = next((s for name, s, _ in rows if name == KERNEL_ROW), 0.0)
+    if kernel_s:
+        print(f"time to verdict / kernel time: {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s, CUDA events)")
+    print(gpu_line(store.read_timings(run_id), args.kernel_ms))
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
     return int(verdict.exit_code)
+
+
+def gpu_line(shard_timings: dict, kernel_ms=None) -> str:
+    """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
+    found = gpu_steady(shard_timings)
+    if found is None:
+        return "GPU steady: no window in which a GPU's tasks all ran steady cells"
+    cells, seconds, kernel, tasks = found
+    cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
+    line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s), "
+            f"kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%")
+    if kernel_ms:
+        line += f"; vs the kernel alone ({kernel_ms:.3f} ms): {100 * (cell / kernel_ms - 1):.1f}%"
+    return line + f"; cells/s in it: {cells / seconds:.1f}"
 
 
 def markdown_row(store, run_id: str, cells: int, tasks_s: float, to_verdict: float, compare_s: float, steady) -> str:

@@ -36,7 +36,7 @@ from ..record.task import Deferred, TaskResult
 from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
-from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
+from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
@@ -171,6 +171,7 @@ class ShardRunner:
         self.ran: set = set()  # (case, phase, mode) of the cells this task has run
         self.since: Optional[float] = None  # when the last cell ended (steady cells are timed from it)
         self.before: Dict[str, float] = {}  # the STEADY_PARTS stages' seconds then
+        self.trace = SteadyTrace(self.stages)  # when the steady cells ended: a GPU's rate over its tasks (stages.py)
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
         self.deferred: List[Deferred] = []  # cells for isolated workers
@@ -295,6 +296,7 @@ class ShardRunner:
             self.stages.add(STEADY_CELL, now - self.since)
             for part, seconds in self.before.items():
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+            self.trace.cell()
         self._mark(now)
 
     def _draw_ahead(self, batches: dict) -> None:
@@ -398,6 +400,7 @@ def finish_shard(runner: ShardRunner, cells: Optional[List[Cell]] = None, watchd
     runner.jit.save()  # the modules it compiled, for the next machine
     result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
                              memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
+                             steady_trace=runner.trace.points(), slot=runner.shard.slot,
                              run_s=time.perf_counter() - runner.created, returned_unix=time.time())
     return result
 
