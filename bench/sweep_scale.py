@@ -7,7 +7,8 @@
 --scale multiplies the generators' case counts (cells follow), --length-scale every qo/prefix length.
 --workers-per-gpu N: N tasks at once on each GPU (DETRUN_WORKERS_PER_GPU), the repeats split among them
 (repeats_per_task / N); the GPU's steady line then times the window in which all its tasks were steady.
---kernel-ms K: a steady cell's kernel measured alone (a run with one worker per GPU), for the overhead beside it.
+--reference RUN: a stored run of the same job with one worker per GPU (the way before): this run's GPU steady
+wall per cell against its steady kernel, time to verdict against its kernel time, cells/s against its.
 Prints the stage table and steady-state line of `detrun timings`, then one Markdown row for
 docs/performance.md. Exits with the verdict's code (0 reproducible, 1 not).
 """
@@ -87,7 +88,7 @@ def main() -> int:
     ap.add_argument("--runs-root", default="runs-bench")
     ap.add_argument("--no-jit-cache", action="store_true")
     ap.add_argument("--workers-per-gpu", type=int, default=1, help="tasks at once per GPU (DETRUN_WORKERS_PER_GPU)")
-    ap.add_argument("--kernel-ms", type=float, help="a steady cell's kernel alone, ms (one worker per GPU)")
+    ap.add_argument("--reference", help="a stored run of the job with one worker per GPU, in the same runs root")
     args = ap.parse_args()
     os.environ["DETRUN_WORKERS_PER_GPU"] = str(args.workers_per_gpu)  # read by the driver at submit
     store, start = RunStore(args.runs_root), time.perf_counter()
@@ -120,26 +121,52 @@ def main() -> int:
            else "manifest created -> finished, + compare now")
     print(f"time to verdict: {to_verdict:.1f} s ({how} {compare_s:.2f} s)")
     print(f"compare: {compare_s:.2f} s; this process's peak RSS (driver and compare): {host_peak_mb():.0f} MB")
-    kernel_s = next((s for name, s, _ in rows if name == KERNEL_ROW), 0.0)
+    kernel_s = _kernel_s(rows)
     if kernel_s:
         print(f"time to verdict / kernel time: {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s, CUDA events)")
-    print(gpu_line(store.read_timings(run_id), args.kernel_ms))
+    found = gpu_steady(store.read_timings(run_id))
+    print(gpu_line(found))
+    if args.reference:
+        print(against(store, args.reference, found, to_verdict, cells / tasks_s))
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
     return int(verdict.exit_code)
 
 
-def gpu_line(shard_timings: dict, kernel_ms=None) -> str:
+def _kernel_s(rows) -> float:
+    return next((seconds for name, seconds, _ in rows if name == KERNEL_ROW), 0.0)
+
+
+def gpu_line(found) -> str:
     """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
-    found = gpu_steady(shard_timings)
     if found is None:
-        return "GPU steady: no window in which a GPU's tasks all ran steady cells"
+        return "GPU steady: no window in which a GPU's tasks all ran steady cells (no steady trace)"
     cells, seconds, kernel, tasks = found
     cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
-    line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s), "
-            f"kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%")
-    if kernel_ms:
-        line += f"; vs the kernel alone ({kernel_ms:.3f} ms): {100 * (cell / kernel_ms - 1):.1f}%"
-    return line + f"; cells/s in it: {cells / seconds:.1f}"
+    line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s, "
+            f"{cells / seconds:.1f} cells/s)")
+    return line + (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
+                   else ", kernel not timed (no CUDA)")
+
+
+def against(store, reference: str, found, to_verdict: float, cells_per_s: float) -> str:
+    """This run against a reference run with one worker per GPU: its steady kernel is the kernel alone (with
+    several processes on a GPU, a kernel's CUDA events may include another process's time slice)."""
+    rows, tasks_s, steady = run_breakdown(store, reference)
+    spec = spec_from_dict(store.manifest(reference)["spec"], reference)
+    ref_cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * int(store.manifest(reference)["gpus"])
+    ref_rate = ref_cells / tasks_s
+    parts = [f"reference {reference}: cells/s {ref_rate:.1f} (this run {cells_per_s / ref_rate:.2f}x)"]
+    kernel_s = _kernel_s(rows)
+    if kernel_s:
+        parts.append(f"time to verdict / its kernel time {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s)")
+    if steady and steady[2]["kernel"] > 0:
+        n, cell_s, got = steady
+        alone = 1e3 * got["kernel"] / n
+        parts.append(f"its steady overhead {steady_overhead(cell_s, got):.1f}% (kernel {alone:.3f} ms)")
+        if found is not None:
+            cell = 1e3 * found[1] / found[0]
+            parts.append(f"this run's GPU steady overhead vs that kernel: {100 * (cell / alone - 1):.1f}%")
+    return "; ".join(parts)
 
 
 def markdown_row(store, run_id: str, cells: int, tasks_s: float, to_verdict: float, compare_s: float, steady) -> str:

@@ -125,12 +125,10 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
     command starts, so a bad value is a one-line usage error (DetrunError, exit 2) naming the variable."""
     environ = os.environ if environ is None else environ
     values: Dict[str, float] = {}
-    raw = environ.get(WORKERS_PER_GPU)
-    if raw is not None:
-        if not raw.strip().isdigit() or not 1 <= int(raw) <= MAX_WORKERS_PER_GPU:
-            raise DetrunError(f"{WORKERS_PER_GPU}={raw!r}: expected a whole number from 1 to {MAX_WORKERS_PER_GPU} "
-                              "(unset: 1)")
-        values["workers_per_gpu"] = int(raw)
+    workers = environ.get(WORKERS_PER_GPU, "1")
+    if not workers.strip().isdigit() or not 1 <= int(workers) <= MAX_WORKERS_PER_GPU:
+        raise DetrunError(f"{WORKERS_PER_GPU}={workers!r}: expected a whole number from 1 to {MAX_WORKERS_PER_GPU} "
+                          "(unset: 1)")
     for field in fields(DriverSettings):
         if field.name not in DRIVER_VARIABLES:
             continue
@@ -145,4 +143,4 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
         if not math.isfinite(value) or value <= 0:
             raise DetrunError(f"{name}={raw!r}: expected a number of seconds > 0 (unset: {field.default})")
         values[field.name] = value
-    return DriverSettings(**values)
+    return DriverSettings(**values, workers_per_gpu=int(workers))
