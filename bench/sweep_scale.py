@@ -139,7 +139,7 @@ def _kernel_s(rows) -> float:
 def gpu_line(found) -> str:
     """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
     if found is None:
-        return "GPU steady: no window in which a GPU's tasks all ran steady cells (no steady trace)"
+        return "GPU steady: no window in which all of a GPU's tasks ran steady cells at once"
     cells, seconds, kernel, tasks = found
     cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
     line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s, "
