@@ -4,7 +4,8 @@
 # before (the code in .prev, one worker per GPU) and the new way (DETRUN_WORKERS_PER_GPU=2, then 4 if time
 # is left), from the warm cache; the rows of both compared on the run axis (the same bits). Ends with one
 # summary block, also written to $OUT/summary.txt.
-#   (here)   rm -rf .prev && mkdir .prev && git archive 81676bf detrun | tar -x -C .prev     # the code before
+#   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
+#            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old sweep-w2 sweep-w4 bits": only those; DETRUN_GPU_BUDGET_S (280)
 set -uo pipefail

@@ -95,6 +95,10 @@ def cell_bounds(phase: str, batch, spec: JobSpec) -> List[int]:
     return batch.qo_indptr.tolist()
 
 
+# Cases whose values a task draws ahead of the one it builds (host memory: their values, on top of the cases built)
+DRAW_AHEAD = 4
+
+
 def digest_lag(depth: int) -> int:
     """How many cells a digest on its own stream may fall behind: the kernel of cell k + lag waits for the
     digest of cell k, so when the host waits for the oldest of `depth` cells in flight, the device still
@@ -300,10 +304,12 @@ class ShardRunner:
         self._mark(now)
 
     def _draw_ahead(self, batches: dict) -> None:
-        """Start drawing the next case's values on the CPU threads while this case's cells run."""
-        upcoming = next((case for case in self.spec.cases if case not in batches), None)
-        if upcoming is not None:
-            self.draws.prefetch(draw_keys(self.spec, upcoming))
+        """Start drawing the next DRAW_AHEAD cases' values on the CPU threads while this case's cells run: a
+        case's largest set (a long prefix) no longer bounds the first repeat's pace, the threads work on the
+        cases after it meanwhile."""
+        upcoming = [case for case in self.spec.cases if case not in batches][:DRAW_AHEAD]
+        for case in upcoming:
+            self.draws.prefetch(draw_keys(self.spec, case))
 
     def _mark(self, now: float) -> None:
         self.since, self.before = now, {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
