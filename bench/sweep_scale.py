@@ -86,6 +86,7 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="times the generators' case counts")
     ap.add_argument("--length-scale", type=float, default=1.0, help="times every qo_len and prefix_len")
     ap.add_argument("--runs-root", default="runs-bench")
+    ap.add_argument("--run-id", help="the new run's id (default: the job's name and a time stamp)")
     ap.add_argument("--no-jit-cache", action="store_true")
     ap.add_argument("--workers-per-gpu", type=int, default=1, help="tasks at once per GPU (DETRUN_WORKERS_PER_GPU)")
     ap.add_argument("--reference", help="a stored run of the job with one worker per GPU, in the same runs root")
@@ -100,7 +101,7 @@ def main() -> int:
         gpus = runner.connect(args.address)
         connect_s = time.perf_counter() - start
         options = runner.RunOptions(jit_cache=None if args.no_jit_cache else cache_root(store))
-        run_id = runner.submit(spec, store, gpus, args.job, options=options).run_id
+        run_id = runner.submit(spec, store, gpus, args.job, run_id=args.run_id, options=options).run_id
         submit_s = time.perf_counter() - start
     compared = time.perf_counter()
     verdict = verdict_of(store, [run_id])

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 33 on one fresh GPU machine, one device call (~4-5 min): jobs/paged.yaml's time to verdict with an
 # empty JIT cache, then with the runs root's cache; the 10,000-cell sweep (bench/jobs/sweep10k.yaml) the way
-# before (the code in .prev, one worker per GPU) and the new way (DETRUN_WORKERS_PER_GPU=2, then 4 if time
-# is left), from the warm cache; the rows of both compared on the run axis (the same bits). Ends with one
-# summary block, also written to $OUT/summary.txt.
+# before (the code in .prev, one worker per GPU) and the new way (DETRUN_WORKERS_PER_GPU=2; then this code with
+# one worker if time is left), from the warm cache; the rows compared on the run axis (the same bits). Ends
+# with one summary block, also written to $OUT/summary.txt.
 #   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
-#            DETRUN_GPU_ONLY="paged sweep-old sweep-w2 sweep-w4 bits": only those; DETRUN_GPU_BUDGET_S (280)
+#            DETRUN_GPU_ONLY="paged sweep-old sweep-w2 sweep-w1 sweep-w4 bits": only those (sweep-w4, 4 workers
+#            per GPU, runs only when named); DETRUN_GPU_BUDGET_S (280): a sweep needs 75 s of it left
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-280}
@@ -60,28 +61,29 @@ fi
 
 sweep_new() {  # sweep_new ID WORKERS: bench/sweep_scale.py, N workers per GPU, against sweep-old
   local id=$1 n=$2
-  only "$id" || return 0
   local left=$(budget_left)
-  if (( left < 60 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
+  if (( left < 75 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
   local s=$(date +%s.%N)
-  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" "${ADDR[@]}" --workers-per-gpu "$n" "${REF[@]}" \
-    > "$OUT/$id.log" 2>&1
+  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" "${ADDR[@]}" --workers-per-gpu "$n" \
+    "${REF[@]}" > "$OUT/$id.log" 2>&1
   local rc=$? w=$(wall_since "$s")
-  echo "== $id ($n workers per GPU): exit $rc, process wall $w s"
+  echo "== $id ($n worker(s) per GPU): exit $rc, process wall $w s"
   grep -E "^(steady state|cells/s|time to verdict|GPU steady|reference)" "$OUT/$id.log"
-  S+=("sweep, $n workers per GPU: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
+  S+=("sweep, $n worker(s) per GPU: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
       "  $(grep -m1 '^GPU steady' "$OUT/$id.log")" "  $(grep -m1 '^reference' "$OUT/$id.log")")
 }
-sweep_new sweep-w2 2
-sweep_new sweep-w4 4
+only sweep-w2 && sweep_new sweep-w2 2
+only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
+named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?
     tail -15 "$OUT/bits.log"
-    S+=("bits: detrun compare ${runs[*]}: exit $rc (0: the run axis held; sweep-old: $old)")
+    S+=("bits: detrun compare ${runs[*]}: exit $rc (0: the run axis held; sweep-old: $old)"
+        "  $(grep -m1 '^verdict' "$OUT/bits.log")")
   fi
 fi
 stop_ray
