@@ -27,7 +27,7 @@ from detrun.judge.baseline import verdict_of
 from detrun.present.render import print_timings, steady_overhead
 from detrun.run import runner
 from detrun.run.jitcache import cache_root
-from detrun.run.resources import host_peak_mb, peaks, run_lines
+from detrun.run.resources import gpu_steady_line, host_peak_mb, peaks, run_lines
 from detrun.spec.matrix import cells_for, check_size
 from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
 from detrun.stages import KERNEL_ROW, gpu_steady, run_breakdown
@@ -112,7 +112,8 @@ def main() -> int:
     console = Console(highlight=False, width=140)
     rows, tasks_s, steady = run_breakdown(store, run_id)
     print_timings(rows, tasks_s, steady, console)
-    for line in run_lines(store, run_id):
+    lines = run_lines(store, run_id)
+    for line in lines:
         print(line)
     cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * gpus
     print(f"run {run_id}: {len(spec.cases)} cases x {len(spec.modes)} modes x {spec.repeats} repeats x {gpus} GPU(s) "
@@ -125,8 +126,10 @@ def main() -> int:
     kernel_s = _kernel_s(rows)
     if kernel_s:
         print(f"time to verdict / kernel time: {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s, CUDA events)")
-    found = gpu_steady(store.read_timings(run_id))
-    print(gpu_line(found))
+    timings = store.read_timings(run_id)
+    if not any(line.startswith("GPU steady") for line in lines):  # run_lines prints it with several workers
+        print(gpu_steady_line(timings))
+    found = gpu_steady(timings)
     if args.reference:
         print(against(store, args.reference, found, to_verdict, cells / tasks_s))
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
@@ -135,18 +138,6 @@ def main() -> int:
 
 def _kernel_s(rows) -> float:
     return next((seconds for name, seconds, _ in rows if name == KERNEL_ROW), 0.0)
-
-
-def gpu_line(found) -> str:
-    """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
-    if found is None:
-        return "GPU steady: no window in which all of a GPU's tasks ran steady cells at once"
-    cells, seconds, kernel, tasks = found
-    cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
-    line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s, "
-            f"{cells / seconds:.1f} cells/s)")
-    return line + (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
-                   else ", kernel not timed (no CUDA)")
 
 
 def against(store, reference: str, found, to_verdict: float, cells_per_s: float) -> str:

@@ -10,6 +10,7 @@ import pytest
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
 from detrun.run import runner
+from detrun.run.resources import run_lines
 from detrun.spec.model import spec_from_dict
 from detrun.stages import Stages, SteadyTrace, gpu_steady
 from tests.helpers import small
@@ -51,6 +52,10 @@ def test_two_workers_share_one_gpu_slot_with_the_keys_slot_and_bits_of_one(ray_2
     assert len({r["pid"] for r in rows["shared"]}) == 2 and {str(r["pid"]) for r in rows["shared"]} == set(seen)
     digests = {run: {r["key"]: (r["out_digest"], r["lse_digest"]) for r in rows[run]} for run in rows}
     assert len(digests["shared"]) == len(rows["shared"]) and digests["shared"] == digests["alone"]
+    shared_lines, alone_lines = run_lines(store, "shared"), run_lines(store, "alone")
+    assert any(line.startswith("2 workers per GPU (DETRUN_WORKERS_PER_GPU): a task's steady cell")
+               for line in shared_lines) and any(line.startswith("GPU steady: ") for line in shared_lines)
+    assert not any("workers per GPU" in line or line.startswith("GPU steady") for line in alone_lines)
     cmp = compare_runs(store, ["shared", "alone"])
     assert judge(cmp).exit_code == 0
     assert {v.status for v in cmp.verdicts if v.axis == "run"} == {"equal"}
