@@ -171,7 +171,8 @@ def _at(points: List[list], when: float) -> Tuple[float, float]:
 def gpu_steady(shard_timings: Dict[str, dict]) -> Optional[Tuple[float, float, float, int]]:
     """(steady cells, seconds, kernel seconds, tasks) over each GPU slot's window in which every one of its
     tasks that ran steady cells was in its steady phase (DETRUN_WORKERS_PER_GPU: several at once): the GPU's
-    wall per cell, whatever the number of processes feeding it. Slots add up; None without such a window."""
+    wall per cell, whatever the number of processes feeding it. Slots add up; None without such a window (a
+    GPU whose shards did not all run at once, e.g. more shards than workers, has none)."""
     slots: Dict[int, List[List[list]]] = defaultdict(list)
     for t in shard_timings.values():
         if len(t.get("steady_trace") or ()) > 1 and "slot" in t:
