@@ -147,7 +147,8 @@ def against(store, reference: str, found, to_verdict: float, cells_per_s: float)
     spec = spec_from_dict(store.manifest(reference)["spec"], reference)
     ref_cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * int(store.manifest(reference)["gpus"])
     ref_rate = ref_cells / tasks_s
-    parts = [f"reference {reference}: cells/s {ref_rate:.1f} (this run {cells_per_s / ref_rate:.2f}x)"]
+    parts = [f"reference {reference}: cells/s {ref_rate:.1f} (this run {cells_per_s / ref_rate:.2f}x), "
+             f"run created -> finished {_iso_s(store.manifest(reference)):.1f} s"]
     kernel_s = _kernel_s(rows)
     if kernel_s:
         parts.append(f"time to verdict / its kernel time {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s)")

@@ -19,13 +19,14 @@ rm -rf "$RR"
 S=("machine: host $(hostname); GPU $(nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | head -1)"
    "  CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)")
 wall_since() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
-start_ray
+# No Ray head: each submit starts a local Ray of its own (as a user's `detrun submit` does), so the old run's
+# workers import the code in .prev (a head's workers would import this code); every wall includes that start.
 
 if only paged; then  # FlashInfer's JIT dir empty both times; the second restores the modules from the runs root
   for state in empty cache; do
     rm -rf "$FLASHINFER_WORKSPACE_BASE"
     s=$(date +%s.%N)
-    timeout 200 python3 -m detrun.cli submit jobs/paged.yaml --run-id "paged-$state" --runs-root "$RR" "${ADDR[@]}" \
+    timeout 200 python3 -m detrun.cli submit jobs/paged.yaml --run-id "paged-$state" --runs-root "$RR" \
       > "$OUT/paged-$state.log" 2>&1
     rc=$? w=$(wall_since "$s")
     declare "paged_$state=$w"
@@ -44,11 +45,11 @@ if only sweep-old; then
   if [[ -d .prev/detrun ]]; then
     old="the code before (.prev)"
     (cd .prev && PYTHONPATH=$ROOT/.prev:$SITE timeout 200 python3 -m detrun.cli submit "$ROOT/bench/jobs/sweep10k.yaml" \
-       --run-id sweep-old --runs-root "$RR" "${ADDR[@]}") > "$OUT/sweep-old.log" 2>&1
+       --run-id sweep-old --runs-root "$RR") > "$OUT/sweep-old.log" 2>&1
   else
     old="this code, 1 worker per GPU (no .prev)"
     timeout 200 python3 -m detrun.cli submit bench/jobs/sweep10k.yaml --run-id sweep-old --runs-root "$RR" \
-      "${ADDR[@]}" > "$OUT/sweep-old.log" 2>&1
+      > "$OUT/sweep-old.log" 2>&1
   fi
   rc=$? w=$(wall_since "$s")
   echo "== sweep-old ($old): exit $rc, $w s"
@@ -64,8 +65,8 @@ sweep_new() {  # sweep_new ID WORKERS: bench/sweep_scale.py, N workers per GPU, 
   local left=$(budget_left)
   if (( left < 75 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
   local s=$(date +%s.%N)
-  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" "${ADDR[@]}" --workers-per-gpu "$n" \
-    "${REF[@]}" > "$OUT/$id.log" 2>&1
+  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" \
+    > "$OUT/$id.log" 2>&1
   local rc=$? w=$(wall_since "$s")
   echo "== $id ($n worker(s) per GPU): exit $rc, process wall $w s"
   grep -E "^(steady state|cells/s|time to verdict|GPU steady|reference)" "$OUT/$id.log"
@@ -86,7 +87,6 @@ if only bits; then  # the same keys' digests across the runs: the run axis holds
         "  $(grep -m1 '^verdict' "$OUT/bits.log")")
   fi
 fi
-stop_ray
 tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' . 2>/dev/null
 S+=("total $(elapsed) s")
 printf '%s\n' "== summary (issue 33)" "${S[@]}" | tee "$OUT/summary.txt"
