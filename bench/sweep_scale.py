@@ -5,11 +5,17 @@
     python bench/sweep_scale.py --scale 0.01 --length-scale 0.01 --set heads.qo=4 --set heads.kv=2 \\
         --set head_dim=32                                 # the same sweep at CPU size (reference backend)
 --scale multiplies the generators' case counts (cells follow), --length-scale every qo/prefix length.
+--workers-per-gpu N: N tasks at once on each GPU (DETRUN_WORKERS_PER_GPU), the repeats split among them
+(repeats_per_task / N); the GPU's steady line then times the window in which all its tasks were steady.
+--reference RUN: a stored run of the same job with one worker per GPU (the way before): this run's GPU steady
+wall per cell against its steady kernel, time to verdict against its kernel time, cells/s against its.
 Prints the stage table and steady-state line of `detrun timings`, then one Markdown row for
 docs/performance.md. Exits with the verdict's code (0 reproducible, 1 not).
 """
 
 import argparse
+import math
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -21,10 +27,10 @@ from detrun.judge.baseline import verdict_of
 from detrun.present.render import print_timings, steady_overhead
 from detrun.run import runner
 from detrun.run.jitcache import cache_root
-from detrun.run.resources import host_peak_mb, peaks, run_lines
+from detrun.run.resources import gpu_steady_line, host_peak_mb, peaks, run_lines
 from detrun.spec.matrix import cells_for, check_size
 from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
-from detrun.stages import run_breakdown
+from detrun.stages import KERNEL_ROW, gpu_steady, run_breakdown
 from detrun.store.runs import RunStore
 
 JOB = str(Path(__file__).parent / "jobs" / "sweep10k.yaml")
@@ -59,6 +65,8 @@ def scaled(data: dict, scale: float = 1.0, length_scale: float = 1.0) -> dict:
 def load(args) -> JobSpec:
     data = yaml.safe_load(Path(args.job).read_text())
     data = scaled(apply_overrides(data, args.overrides, args.job), args.scale, args.length_scale)
+    if args.workers_per_gpu > 1:  # one shard per worker
+        data["repeats_per_task"] = math.ceil((data.get("repeats_per_task") or data["repeats"]) / args.workers_per_gpu)
     spec = spec_from_dict(data, args.job)
     check_size(spec, 1, args.job)
     return spec
@@ -78,8 +86,12 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="times the generators' case counts")
     ap.add_argument("--length-scale", type=float, default=1.0, help="times every qo_len and prefix_len")
     ap.add_argument("--runs-root", default="runs-bench")
+    ap.add_argument("--run-id", help="the new run's id (default: the job's name and a time stamp)")
     ap.add_argument("--no-jit-cache", action="store_true")
+    ap.add_argument("--workers-per-gpu", type=int, default=1, help="tasks at once per GPU (DETRUN_WORKERS_PER_GPU)")
+    ap.add_argument("--reference", help="a stored run of the job with one worker per GPU, in the same runs root")
     args = ap.parse_args()
+    os.environ["DETRUN_WORKERS_PER_GPU"] = str(args.workers_per_gpu)  # read by the driver at submit
     store, start = RunStore(args.runs_root), time.perf_counter()
     if args.run:
         run_id, manifest = args.run, store.manifest(args.run)
@@ -89,7 +101,7 @@ def main() -> int:
         gpus = runner.connect(args.address)
         connect_s = time.perf_counter() - start
         options = runner.RunOptions(jit_cache=None if args.no_jit_cache else cache_root(store))
-        run_id = runner.submit(spec, store, gpus, args.job, options=options).run_id
+        run_id = runner.submit(spec, store, gpus, args.job, run_id=args.run_id, options=options).run_id
         submit_s = time.perf_counter() - start
     compared = time.perf_counter()
     verdict = verdict_of(store, [run_id])
@@ -100,7 +112,8 @@ def main() -> int:
     console = Console(highlight=False, width=140)
     rows, tasks_s, steady = run_breakdown(store, run_id)
     print_timings(rows, tasks_s, steady, console)
-    for line in run_lines(store, run_id):
+    lines = run_lines(store, run_id)
+    for line in lines:
         print(line)
     cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * gpus
     print(f"run {run_id}: {len(spec.cases)} cases x {len(spec.modes)} modes x {spec.repeats} repeats x {gpus} GPU(s) "
@@ -110,8 +123,43 @@ def main() -> int:
            else "manifest created -> finished, + compare now")
     print(f"time to verdict: {to_verdict:.1f} s ({how} {compare_s:.2f} s)")
     print(f"compare: {compare_s:.2f} s; this process's peak RSS (driver and compare): {host_peak_mb():.0f} MB")
+    kernel_s = _kernel_s(rows)
+    if kernel_s:
+        print(f"time to verdict / kernel time: {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s, CUDA events)")
+    timings = store.read_timings(run_id)
+    if not any(line.startswith("GPU steady") for line in lines):  # run_lines prints it with several workers
+        print(gpu_steady_line(timings))
+    found = gpu_steady(timings)
+    if args.reference:
+        print(against(store, args.reference, found, to_verdict, cells / tasks_s))
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
     return int(verdict.exit_code)
+
+
+def _kernel_s(rows) -> float:
+    return next((seconds for name, seconds, _ in rows if name == KERNEL_ROW), 0.0)
+
+
+def against(store, reference: str, found, to_verdict: float, cells_per_s: float) -> str:
+    """This run against a reference run with one worker per GPU: its steady kernel is the kernel alone (with
+    several processes on a GPU, a kernel's CUDA events may include another process's time slice)."""
+    rows, tasks_s, steady = run_breakdown(store, reference)
+    spec = spec_from_dict(store.manifest(reference)["spec"], reference)
+    ref_cells = len(list(cells_for(spec, tuple(range(spec.repeats))))) * int(store.manifest(reference)["gpus"])
+    ref_rate = ref_cells / tasks_s
+    parts = [f"reference {reference}: cells/s {ref_rate:.1f} (this run {cells_per_s / ref_rate:.2f}x), "
+             f"run created -> finished {_iso_s(store.manifest(reference)):.1f} s"]
+    kernel_s = _kernel_s(rows)
+    if kernel_s:
+        parts.append(f"time to verdict / its kernel time {to_verdict / kernel_s:.2f}x (kernel {kernel_s:.1f} s)")
+    if steady and steady[2]["kernel"] > 0:
+        n, cell_s, got = steady
+        alone = 1e3 * got["kernel"] / n
+        parts.append(f"its steady overhead {steady_overhead(cell_s, got):.1f}% (kernel {alone:.3f} ms)")
+        if found is not None:
+            cell = 1e3 * found[1] / found[0]
+            parts.append(f"this run's GPU steady overhead vs that kernel: {100 * (cell / alone - 1):.1f}%")
+    return "; ".join(parts)
 
 
 def markdown_row(store, run_id: str, cells: int, tasks_s: float, to_verdict: float, compare_s: float, steady) -> str:

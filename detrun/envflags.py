@@ -104,16 +104,20 @@ class TaskFlags:
 
 @dataclass(frozen=True)
 class DriverSettings:
-    """What the driver (the process running `detrun`) reads from its environment, in seconds."""
+    """What the driver (the process running `detrun`) reads from its environment: waits in seconds, workers per GPU."""
 
     heartbeat_s: float = 10.0  # DETRUN_HEARTBEAT_S: between heartbeats in a running run's manifest
     pg_timeout_s: float = 60.0  # DETRUN_PG_TIMEOUT_S: to reserve the run's GPUs (its placement group)
     node_loss_grace_s: float = 30.0  # DETRUN_NODE_LOSS_GRACE_S: for a dead node's bundle to be re-placed
     isolation_grace_s: float = 60.0  # DETRUN_ISOLATION_GRACE_S: an isolated cell's task, beyond its cell timeout
+    # DETRUN_WORKERS_PER_GPU: tasks (worker processes) a GPU runs at once, each on 1/N of it (Ray fractional GPUs),
+    # so one's host work overlaps another's kernels; rows keep the GPU's slot (docs/performance.md)
+    workers_per_gpu: int = 1
 
 
 DRIVER_VARIABLES = {"heartbeat_s": "DETRUN_HEARTBEAT_S", "pg_timeout_s": "DETRUN_PG_TIMEOUT_S",
                     "node_loss_grace_s": "DETRUN_NODE_LOSS_GRACE_S", "isolation_grace_s": "DETRUN_ISOLATION_GRACE_S"}
+WORKERS_PER_GPU, MAX_WORKERS_PER_GPU = "DETRUN_WORKERS_PER_GPU", 8
 
 
 def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettings:
@@ -121,7 +125,13 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
     command starts, so a bad value is a one-line usage error (DetrunError, exit 2) naming the variable."""
     environ = os.environ if environ is None else environ
     values: Dict[str, float] = {}
+    workers = environ.get(WORKERS_PER_GPU, "1")
+    if not workers.strip().isdigit() or not 1 <= int(workers) <= MAX_WORKERS_PER_GPU:
+        raise DetrunError(f"{WORKERS_PER_GPU}={workers!r}: expected a whole number from 1 to {MAX_WORKERS_PER_GPU} "
+                          "(unset: 1)")
     for field in fields(DriverSettings):
+        if field.name not in DRIVER_VARIABLES:
+            continue
         name = DRIVER_VARIABLES[field.name]
         raw = environ.get(name)
         if raw is None:
@@ -133,4 +143,4 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
         if not math.isfinite(value) or value <= 0:
             raise DetrunError(f"{name}={raw!r}: expected a number of seconds > 0 (unset: {field.default})")
         values[field.name] = value
-    return DriverSettings(**values)
+    return DriverSettings(**values, workers_per_gpu=int(workers))

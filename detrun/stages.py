@@ -137,6 +137,59 @@ def steady_state(shard_timings: Dict[str, dict]) -> Optional[Tuple[int, float, D
     return cells, total(STEADY_CELL, "s"), {p: total(f"{STEADY_CELL}: {p}", "s") for p in STEADY_PARTS}
 
 
+class SteadyTrace:
+    """When a task's steady cells ended: (unix time, steady cells so far, their kernel seconds so far) at the
+    first, every EVERY-th and the last; gpu_steady reads the rate of a GPU whose tasks ran at once from it."""
+
+    EVERY = 64
+
+    def __init__(self, stages: Stages) -> None:
+        self.stages, self.n = stages, 0
+        self.marks: List[Tuple[float, int, float]] = []
+        self.last: Optional[Tuple[float, int, float]] = None
+
+    def cell(self) -> None:
+        """One more steady cell ended now."""
+        self.n += 1
+        self.last = (time.time(), self.n, self.stages.seconds.get(f"{STEADY_CELL}: {KERNEL}", 0.0))
+        if self.n == 1 or self.n % self.EVERY == 0:
+            self.marks.append(self.last)
+
+    def points(self) -> List[Tuple[float, int, float]]:
+        return self.marks + ([self.last] if self.last is not None and self.last != self.marks[-1] else [])
+
+
+def _at(points: List[list], when: float) -> Tuple[float, float]:
+    """(steady cells, kernel seconds) of a trace at `when`, linear between its points."""
+    for (t0, n0, k0), (t1, n1, k1) in zip(points, points[1:]):
+        if t0 <= when <= t1:
+            f = (when - t0) / (t1 - t0) if t1 > t0 else 1.0
+            return n0 + f * (n1 - n0), k0 + f * (k1 - k0)
+    return float(points[-1][1]), float(points[-1][2])
+
+
+def gpu_steady(shard_timings: Dict[str, dict]) -> Optional[Tuple[float, float, float, int]]:
+    """(steady cells, seconds, kernel seconds, tasks) over each GPU slot's window in which every one of its
+    tasks that ran steady cells was in its steady phase (DETRUN_WORKERS_PER_GPU: several at once): the GPU's
+    wall per cell, whatever the number of processes feeding it. Slots add up; None without such a window (a
+    GPU whose shards did not all run at once, e.g. more shards than workers, has none)."""
+    slots: Dict[int, List[List[list]]] = defaultdict(list)
+    for t in shard_timings.values():
+        if len(t.get("steady_trace") or ()) > 1 and "slot" in t:
+            slots[t["slot"]].append(t["steady_trace"])
+    cells = seconds = kernel = 0.0
+    tasks = 0
+    for traces in slots.values():
+        start, end = max(p[0][0] for p in traces), min(p[-1][0] for p in traces)
+        if end <= start:
+            continue
+        for points in traces:
+            (n0, k0), (n1, k1) = _at(points, start), _at(points, end)
+            cells, kernel = cells + n1 - n0, kernel + k1 - k0
+        seconds, tasks = seconds + end - start, tasks + len(traces)
+    return (cells, seconds, kernel, tasks) if cells else None
+
+
 def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], float, Optional[tuple]]:
     """(breakdown of a stored run, seconds from placement group to the last shard written, steady_state)."""
     run = store.manifest(run_id).get("timings") or {}

@@ -88,12 +88,13 @@ def test_draws_on_threads_give_the_same_bits_and_draw_keys_lists_what_build_batc
 
 
 def test_a_task_draws_the_next_cases_values_while_this_case_runs(monkeypatch):
-    """The worker starts the next case's draws right after building a case's batch (one case ahead)."""
+    """The worker starts the next DRAW_AHEAD cases' draws right after building a case's batch."""
     from detrun.kernels import inputs
     from detrun.run.worker import run_shard
     from detrun.spec.matrix import Shard
 
-    events = []
+    events, ahead = [], 2  # the job has 5 cases: 2 ahead shows the window moving and ending
+    monkeypatch.setattr("detrun.run.worker.DRAW_AHEAD", ahead)
     real_prefetch, real_build = inputs.Draws.prefetch, inputs.build_batch
 
     def prefetch(self, keys):
@@ -109,7 +110,10 @@ def test_a_task_draws_the_next_cases_values_while_this_case_runs(monkeypatch):
     spec = spec_from_dict(data)
     cases = list(spec.cases)
     builds = [i for i, e in enumerate(events) if e[0] == "build"]
-    for case, nxt, at in zip(cases, cases[1:], builds):
-        last_request = spec.members(nxt)[-1]
-        # after this case's build, before the next one's: the next case's sets are started
-        assert ("prefetch", last_request) in events[at:builds[cases.index(nxt)]], (case, nxt, events)
+    assert len(cases) > ahead + 1
+    for i, at in enumerate(builds[:-1]):
+        started = events[at:builds[i + 1]]
+        # after this case's build (which starts its own sets first), before the next one's: the next `ahead`
+        # cases' sets are started, no more
+        expected = [("prefetch", spec.members(c)[-1]) for c in cases[i + 1:i + 1 + ahead]]
+        assert [e for e in started if e[0] == "prefetch"][1:] == expected, (cases[i], events)

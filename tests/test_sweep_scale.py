@@ -52,3 +52,28 @@ def test_the_bench_runs_the_sweep_on_the_cpu(tmp_path):
     for shown in ("cells/s: ", "time to verdict: ", "compare: ", "steady state (", "task host RSS ", "driver RSS ",
                   "| cells | cells/s |", "\n| 32 | "):
         assert shown in out.stdout, shown
+
+
+@pytest.mark.slow
+def test_the_bench_runs_two_workers_per_gpu_against_a_run_with_one(tmp_path):
+    """--workers-per-gpu 2 splits the repeats into two tasks that share the GPU slot; --reference reads the run
+    made with one worker per GPU (the way before) and prints this run against it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    bench = [sys.executable, "bench/sweep_scale.py", *CPU_SIZE, "--runs-root", str(tmp_path)]
+    one = subprocess.run(bench, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    assert "GPU steady: " in one.stdout and " cells of 1 task(s) in " in one.stdout  # one task: its steady window
+    reference = one.stdout.split("\nrun ", 1)[1].split(":", 1)[0]
+    two = subprocess.run([*bench, "--workers-per-gpu", "2", "--reference", reference], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
+    assert "4 cases x 2 modes x 4 repeats x 1 GPU(s) = 32 cells; verdict: REPRODUCIBLE (exit 0)" in two.stdout
+    assert f"reference {reference}: cells/s " in two.stdout
+    from detrun.store.runs import RunStore
+
+    store = RunStore(str(tmp_path))
+    run = two.stdout.split("\nrun ", 1)[1].split(":", 1)[0]
+    assert store.manifest(run)["timings"]["workers_per_gpu"] == 2
+    assert sorted(store.read_timings(run)) == ["g0-r0-1", "g0-r2-3"]  # repeats_per_task 4 / 2 workers
+    keys = {r: sorted(store.read_rows([r]).column("key").to_pylist()) for r in (reference, run)}
+    assert keys[run] == keys[reference]

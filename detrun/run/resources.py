@@ -51,12 +51,32 @@ def memory_line(run_timings: dict, shard_timings: Dict[str, dict]) -> Optional[s
     return f"peak memory (largest of {tasks} tasks): " + ", ".join(parts) if parts else None
 
 
+def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
+    """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
+    from ..stages import gpu_steady
+
+    found = gpu_steady(shard_timings)
+    if found is None:
+        return "GPU steady: no window in which all of a GPU's tasks ran steady cells at once"
+    cells, seconds, kernel, tasks = found
+    cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
+    line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s, "
+            f"{cells / seconds:.1f} cells/s)")
+    return line + (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
+                   else ", kernel not timed (no CUDA)")
+
+
 def run_lines(store, run_id: str) -> List[str]:
-    """The lines after a run's stage table: peak memory, the JIT cache's transfers (those it recorded)."""
+    """The lines after a run's stage table: peak memory, the JIT cache's transfers (those it recorded); with
+    several workers per GPU, what a task's steady cell then holds and the GPUs' steady line."""
     from .jitcache import summary_line
 
-    shards = store.read_timings(run_id)
-    lines = [memory_line(store.manifest(run_id).get("timings") or {}, shards), summary_line(shards)]
+    shards, run = store.read_timings(run_id), store.manifest(run_id).get("timings") or {}
+    lines = [memory_line(run, shards), summary_line(shards)]
+    workers = run.get("workers_per_gpu", 1)
+    if workers > 1:
+        lines += [f"{workers} workers per GPU (DETRUN_WORKERS_PER_GPU): a task's steady cell above counts the other "
+                  "tasks' kernels on its GPU too; the GPU's own:", gpu_steady_line(shards)]
     return [line for line in lines if line]
 
 

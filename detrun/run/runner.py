@@ -252,6 +252,9 @@ class _ShardRun:
         self.lost_since: Dict[int, float] = {}
         self.context = {JIT_CACHE: options.jit_cache} if options.jit_cache else {}
         self.cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1)) / max(bundles, 1))
+        # DETRUN_WORKERS_PER_GPU: a bundle (one GPU) runs that many tasks at once, each on its share of the
+        # bundle's GPU and CPU; every task of a bundle still runs on that bundle's GPU and writes its slot
+        self.workers = self.settings.workers_per_gpu
 
     def _bundle(self) -> dict:
         bundle = {"GPU": 1, "CPU": self.cpus}
@@ -272,6 +275,7 @@ class _ShardRun:
                 raise DetrunError(f"could not reserve {len(self.queues)} GPU(s) "
                                   f"within {self.settings.pg_timeout_s:.0f} s")
             timings["placement_group_s"] = time.perf_counter() - start
+            timings["workers_per_gpu"] = self.workers
             self._loop(pg)
             for book in list(self.books.values()):  # isolated cells left waiting (their sample was lost)
                 self._fail(book.shard, "isolated cells did not finish")
@@ -312,15 +316,17 @@ class _ShardRun:
                 self.options.on_progress(self.finished, self.total)
 
     def _launch(self, bundle: int) -> None:
-        if not self.queues[bundle]:
-            return
-        item = self.queues[bundle].popleft()
-        strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
-        remote = cell_task if isinstance(item, Isolated) else shard_task
-        task = remote.options(scheduling_strategy=strategy, runtime_env=self.env, num_cpus=self.cpus)
-        name = item.task_id if isinstance(item, Isolated) else item.shard_id
-        self.submitted_unix[name] = time.time()
-        self.pending[task.remote(self.spec_data, item, self.run_id, self.context)] = (item, bundle, time.monotonic())
+        """Start the bundle's next queued tasks, up to `workers` running on it at once."""
+        while self.queues[bundle] and sum(b == bundle for _, b, _ in self.pending.values()) < self.workers:
+            item = self.queues[bundle].popleft()
+            strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=bundle)
+            remote = cell_task if isinstance(item, Isolated) else shard_task
+            task = remote.options(scheduling_strategy=strategy, runtime_env=self.env, num_gpus=1 / self.workers,
+                                  num_cpus=self.cpus / self.workers)
+            name = item.task_id if isinstance(item, Isolated) else item.shard_id
+            self.submitted_unix[name] = time.time()
+            self.pending[task.remote(self.spec_data, item, self.run_id, self.context)] = (item, bundle,
+                                                                                          time.monotonic())
 
     def _fail(self, shard: Shard, reason: str) -> None:
         if shard.shard_id in self.failed:

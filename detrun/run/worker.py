@@ -37,7 +37,7 @@ from ..record.task import Deferred, TaskResult
 from ..spec.matrix import Cell, Shard, cells_for
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
-from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, process_started_unix
+from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
@@ -99,6 +99,10 @@ def cell_bounds(phase: str, batch, spec: JobSpec) -> List[int]:
         block = spec.sglang.dllm_block_size if spec.sglang is not None else 0
         return list(range(0, n * block + 1, block))
     return batch.qo_indptr.tolist()
+
+
+# Cases whose values a task draws ahead of the one it builds (host memory: their values, on top of the cases built)
+DRAW_AHEAD = 4
 
 
 def digest_lag(depth: int) -> int:
@@ -187,6 +191,7 @@ class ShardRunner:
         self.ran: set = set()  # (case, phase, mode) of the cells this task has run
         self.since: Optional[float] = None  # when the last cell ended (steady cells are timed from it)
         self.before: Dict[str, float] = {}  # the STEADY_PARTS stages' seconds then
+        self.trace = SteadyTrace(self.stages)  # when the steady cells ended: a GPU's rate over its tasks (stages.py)
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
         self.deferred: List[Deferred] = []  # cells for isolated workers
@@ -319,13 +324,16 @@ class ShardRunner:
             self.stages.add(STEADY_CELL, now - self.since)
             for part, seconds in self.before.items():
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+            self.trace.cell()
         self._mark(now)
 
     def _draw_ahead(self, batches: dict) -> None:
-        """Start drawing the next case's values on the CPU threads while this case's cells run."""
-        upcoming = next((case for case in self.spec.cases if case not in batches), None)
-        if upcoming is not None:
-            self.draws.prefetch(draw_keys(self.spec, upcoming))
+        """Start drawing the next DRAW_AHEAD cases' values on the CPU threads while this case's cells run: a
+        case's largest set (a long prefix) no longer bounds the first repeat's pace, the threads work on the
+        cases after it meanwhile."""
+        upcoming = [case for case in self.spec.cases if case not in batches][:DRAW_AHEAD]
+        for case in upcoming:
+            self.draws.prefetch(draw_keys(self.spec, case))
 
     def _mark(self, now: float) -> None:
         self.since, self.before = now, {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
@@ -422,6 +430,7 @@ def finish_shard(runner: ShardRunner, cells: Optional[List[Cell]] = None, watchd
     runner.jit.save()  # the modules it compiled, for the next machine
     result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
                              memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
+                             steady_trace=runner.trace.points(), slot=runner.shard.slot,
                              run_s=time.perf_counter() - runner.created, returned_unix=time.time())
     return result
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 33 on one fresh GPU machine, one device call (~4-5 min): jobs/paged.yaml's time to verdict with an
+# empty JIT cache, then with the runs root's cache; the 10,000-cell sweep (bench/jobs/sweep10k.yaml) the way
+# before (the code in .prev, one worker per GPU) and the new way (DETRUN_WORKERS_PER_GPU=2; then this code with
+# one worker if time is left), from the warm cache; the rows compared on the run axis (the same bits). Ends
+# with one summary block, also written to $OUT/summary.txt.
+#   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
+#            the change (the merge-base of this branch); carry .prev
+#   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
+#            DETRUN_GPU_ONLY="paged sweep-old sweep-w2 sweep-w1 sweep-w4 bits": only those (sweep-w4, 4 workers
+#            per GPU, runs only when named); DETRUN_GPU_BUDGET_S (280): a sweep needs 75 s of it left
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-280}
+source scripts/device_setup.sh
+echo "== installed at $(elapsed) s"
+ROOT=$PWD RR=$PWD/runs-33 old=""
+rm -rf "$RR"
+S=("machine: host $(hostname); GPU $(nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | head -1)"
+   "  CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)")
+wall_since() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
+# No Ray head: each submit starts a local Ray of its own (as a user's `detrun submit` does), so the old run's
+# workers import the code in .prev (a head's workers would import this code); every wall includes that start.
+
+if only paged; then  # FlashInfer's JIT dir empty both times; the second restores the modules from the runs root
+  for state in empty cache; do
+    rm -rf "$FLASHINFER_WORKSPACE_BASE"
+    s=$(date +%s.%N)
+    timeout 200 python3 -m detrun.cli submit jobs/paged.yaml --run-id "paged-$state" --runs-root "$RR" \
+      > "$OUT/paged-$state.log" 2>&1
+    rc=$? w=$(wall_since "$s")
+    declare "paged_$state=$w"
+    echo "== paged-$state: exit $rc, $w s; $(python3 -m detrun.cli timings "paged-$state" --runs-root "$RR" 2>&1 |
+      grep -m1 '^jit cache')"
+  done
+  S+=("paged.yaml to verdict: empty JIT cache $paged_empty s, runs root's cache $paged_cache s:" \
+      "  ratio $(python3 -c "print(round($paged_cache / $paged_empty, 2))")")
+fi
+
+# The way before: the code in .prev (one worker per GPU, the job's one task of 40 repeats); without .prev,
+# this code with one worker per GPU (and no bits check against the code before).
+REF=()
+if only sweep-old; then
+  s=$(date +%s.%N)
+  if [[ -d .prev/detrun ]]; then
+    old="the code before (.prev)"
+    (cd .prev && PYTHONPATH=$ROOT/.prev:$SITE timeout 200 python3 -m detrun.cli submit "$ROOT/bench/jobs/sweep10k.yaml" \
+       --run-id sweep-old --runs-root "$RR") > "$OUT/sweep-old.log" 2>&1
+  else
+    old="this code, 1 worker per GPU (no .prev)"
+    timeout 200 python3 -m detrun.cli submit bench/jobs/sweep10k.yaml --run-id sweep-old --runs-root "$RR" \
+      > "$OUT/sweep-old.log" 2>&1
+  fi
+  rc=$? w=$(wall_since "$s")
+  echo "== sweep-old ($old): exit $rc, $w s"
+  python3 -m detrun.cli timings sweep-old --runs-root "$RR" >> "$OUT/sweep-old.log" 2>&1
+  tail -25 "$OUT/sweep-old.log"
+  S+=("sweep, the way before ($old): exit $rc, process wall (to verdict) $w s"
+      "  $(grep -m1 -A1 '^steady state' "$OUT/sweep-old.log" | paste -sd' ')")
+  REF=(--reference sweep-old)
+fi
+
+sweep_new() {  # sweep_new ID WORKERS: bench/sweep_scale.py, N workers per GPU, against sweep-old
+  local id=$1 n=$2
+  local left=$(budget_left)
+  if (( left < 75 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
+  local s=$(date +%s.%N)
+  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" \
+    > "$OUT/$id.log" 2>&1
+  local rc=$? w=$(wall_since "$s")
+  echo "== $id ($n worker(s) per GPU): exit $rc, process wall $w s"
+  grep -E "^(steady state|cells/s|time to verdict|GPU steady|reference)" "$OUT/$id.log"
+  S+=("sweep, $n worker(s) per GPU: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
+      "  $(grep -m1 '^GPU steady' "$OUT/$id.log")" "  $(grep -m1 '^reference' "$OUT/$id.log")")
+}
+only sweep-w2 && sweep_new sweep-w2 2
+only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
+named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
+
+if only bits; then  # the same keys' digests across the runs: the run axis holds
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  if (( ${#runs[@]} > 1 )); then
+    python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
+    rc=$?
+    tail -15 "$OUT/bits.log"
+    S+=("bits: detrun compare ${runs[*]}: exit $rc (0: the run axis held; sweep-old: $old)"
+        "  $(grep -m1 '^verdict' "$OUT/bits.log")")
+  fi
+fi
+tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' . 2>/dev/null
+S+=("total $(elapsed) s")
+printf '%s\n' "== summary (issue 33)" "${S[@]}" | tee "$OUT/summary.txt"
