@@ -6,19 +6,12 @@ import json
 import platform
 import socket
 import subprocess
-from importlib import metadata
 from typing import Dict
 
 import torch
 
 from ..record.fingerprint import fingerprint_of
-
-
-def installed_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
+from ..spec.versions import installed_version
 
 
 def installed_sglang() -> str:
@@ -64,8 +57,7 @@ def check_version(spec) -> str:
     env = envs[0]
     have = installed_version(env.distribution)
     if have != env.version:
-        found = f"{env.distribution} {have}" if have else f"no {env.distribution}"
-        raise VersionMismatch(f"versions: the task's environment {env.name} has {found} installed "
+        raise VersionMismatch(f"versions: the task's environment {env.name} has {env.found(have)} installed "
                               "(its Ray runtime_env did not install it)")
     return env.name
 

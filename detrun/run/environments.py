@@ -17,12 +17,9 @@ from ..spec.versions import VersionEnv
 @ray.remote(num_cpus=0, max_retries=0)
 def installed(dist: str) -> str:
     """The version of dist a task in this runtime_env imports ("" when none)."""
-    from importlib import metadata
+    from ..spec.versions import installed_version
 
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return ""
+    return installed_version(dist)
 
 
 def prepare(envs: Sequence[VersionEnv]) -> Dict[str, float]:
@@ -39,8 +36,7 @@ def prepare(envs: Sequence[VersionEnv]) -> Dict[str, float]:
         except ray.exceptions.RuntimeEnvSetupError as exc:
             raise DetrunError(f"versions: {env.name} cannot be installed: {install_failure(exc)}") from None
         if have != env.version:
-            found = f"{env.distribution} {have}" if have else f"no {env.distribution}"
-            raise DetrunError(f"versions: {env.name} installed, but its environment imports {found}")
+            raise DetrunError(f"versions: {env.name} installed, but its environment imports {env.found(have)}")
         ready[env.name] = round(time.perf_counter() - start, 2)
     return {env.name: ready[env.name] for env in envs}
 

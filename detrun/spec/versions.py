@@ -19,6 +19,7 @@ import copy
 import os
 import re
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
@@ -150,11 +151,23 @@ class VersionEnv:
         """The Ray runtime_env fields of this environment (the run's env_vars are added beside them)."""
         return {"pip": {"packages": list(self.requirements), "pip_install_options": list(self.pip_options)}}
 
+    def found(self, have: str) -> str:
+        """What a task of this environment found installed (have: installed_version of its distribution)."""
+        return f"{self.distribution} {have}" if have else f"no {self.distribution}"
+
     def manifest(self) -> Dict[str, Any]:
         """What a run's manifest records of its environment."""
         return {"name": self.name, "package": self.package, "version": self.version,
                 "distribution": self.distribution, "requirements": list(self.requirements),
                 "pip_options": list(self.pip_options)}
+
+
+def installed_version(dist: str) -> str:
+    """The installed version of a distribution ("" when none), read without importing it (no torch here)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def wheelhouse_versions(wheelhouse: str, dist: str) -> List[str]:
