@@ -85,3 +85,27 @@ prepare_gpu() {  # versions, the timed JIT warm-up, a Ray head: the start of a f
   echo "== JIT done at $(elapsed) s"
   start_ray
 }
+
+# ray_python: PY, the Python that runs Ray and the driver for a job with `versions:` (scripts/gpu_versions.sh,
+# gpu_bisect.sh). Ray's pip builds each environment with `python -m virtualenv --system-site-packages`, but when
+# the Python running Ray is itself a virtualenv (the image's: /opt/torch/.venv) it copies that one whole (torch,
+# jax, cupy: many GB) for each environment. So Ray runs on its base interpreter, the image's packages on
+# PYTHONPATH (after the repo and $SITE). Ray starts `python -m virtualenv` with an EMPTY environment
+# (ray/_private/runtime_env/virtualenv_utils.py: env = {}; measured on the H100, 2026-12-05: "No module named
+# virtualenv"), so virtualenv and its needs (carried in .whl-versions) go into /tmp/venv-tools, named by a .pth
+# file in the base interpreter's site-packages. DETRUN_RAY_IN_VENV=1: Ray on the image's Python, as it is.
+ray_python() {
+  local base venv tools=/tmp/venv-tools
+  PY=python3
+  read -r base venv < <(python3 -c "import os, site, sys; print(os.path.join(sys.base_prefix, 'bin', 'python3'),
+      site.getsitepackages()[0] if sys.prefix != sys.base_prefix else '')")
+  [[ -n ${DETRUN_RAY_IN_VENV:-} || -z ${venv:-} || ! -x $base ]] && return 0
+  PY=$base
+  export PYTHONPATH=$PYTHONPATH:$venv
+  if [[ ! -d $tools/virtualenv ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$tools" \
+      .whl-versions/{virtualenv,distlib,filelock,platformdirs,python_discovery,packaging}-*.whl
+  fi
+  echo "$tools" > "$(env -u PYTHONPATH "$base" -c 'import site; print(site.getsitepackages()[0])')/detrun-venv-tools.pth"
+  env -i "$base" -c "import virtualenv" || echo "== ray_python: $base cannot import virtualenv without PYTHONPATH"
+}

@@ -14,12 +14,7 @@ cd "$(dirname "$0")/.."
 [[ -d /tmp/wheelhouse && -d .whl-base ]] || { echo "gpu_bisect.sh: run scripts/gpu_versions.sh first" >&2; exit 2; }
 export DETRUN_WHL=.whl-base
 source scripts/device_setup.sh
-# Ray and the driver on the image virtualenv's base interpreter, its packages on PYTHONPATH, as gpu_versions.sh
-# explains (else Ray's pip copies the image's whole virtualenv per environment); DETRUN_RAY_IN_VENV=1: as it is.
-PY=python3
-read -r base venv < <(python3 -c "import os, site, sys; print(os.path.join(sys.base_prefix, 'bin', 'python3'),
-      site.getsitepackages()[0] if sys.prefix != sys.base_prefix else '')")
-[[ -z ${DETRUN_RAY_IN_VENV:-} && -n ${venv:-} && -x $base ]] && PY=$base && export PYTHONPATH=$PYTHONPATH:$venv
+ray_python  # PY: Ray and the driver on the image virtualenv's base interpreter (device_setup.sh says why)
 $PY -m ray.scripts.scripts start --head --num-gpus=1 --disable-usage-stats --include-dashboard=false >/dev/null 2>&1 &&
   ADDR=(--address auto)
 echo "== ray head ($PY): ${ADDR[*]:-none} at $(elapsed) s"

@@ -31,18 +31,7 @@ fi
 ls -la $WH
 echo "== wheelhouse at $(elapsed) s"
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
-# Ray's pip builds each environment with `python -m virtualenv --system-site-packages`, but when the Python running
-# Ray is itself a virtualenv (the image's: /opt/torch/.venv) it copies that one whole (torch, jax, cupy: many GB)
-# for each environment. So Ray (and the driver) run on its base interpreter, the image's packages on PYTHONPATH
-# (after the repo and $SITE): each environment is then a fresh virtualenv holding only what it installs.
-# DETRUN_RAY_IN_VENV=1 keeps Ray on the image's Python (Ray then copies its virtualenv per environment).
-read -r PYBASE VENV_SITE < <(python3 -c "import os, site, sys
-print(os.path.join(sys.base_prefix, 'bin', 'python3'), site.getsitepackages()[0] if sys.prefix != sys.base_prefix else '')")
-PY=python3
-if [[ -z ${DETRUN_RAY_IN_VENV:-} && -n ${VENV_SITE:-} && -x $PYBASE ]]; then
-  PY=$PYBASE
-  export PYTHONPATH=$PYTHONPATH:$VENV_SITE
-fi
+ray_python  # PY: Ray and the driver on the image virtualenv's base interpreter (device_setup.sh says why)
 $PY -c "import sys, importlib.util as u, torch, ray; print('ray/driver python', sys.executable, sys.version.split()[0], 'in a virtualenv:',
   sys.prefix != sys.base_prefix, '| torch', torch.__version__, '| virtualenv:', u.find_spec('virtualenv') is not None,
   '| flashinfer importable outside an environment:', u.find_spec('flashinfer') is not None)"
