@@ -5,12 +5,11 @@ SGLANG_FLASHINFER_USE_PAGED says (flashinfer_backend.py:712-726 at 0.5.15); 0.5.
 
 The job claims `mode: bitwise` (prefill under cudagraph gives eager's bits) with the flag off. Each release is
 SGLang's own FlashInferAttnBackend of that release's wheel (unpacked, first on sys.path of a process of its own:
-tests/sglang_release_run.py), run through detrun's task path inline with recording fake FlashInfer wrappers whose
-outputs depend on the wrapper kind (tests/sglang_fakes.py); the real `detrun bisect` command searches, judges each
-run and says what changed (the probe is the subprocess, instead of a Ray submit: no CPU task runs
-SGLang's backend through Ray without flashinfer). 0.5.11 .. 0.5.13.post1 cannot be driven: 0.5.11 .. 0.5.12.post1
-ship no attention test kit and have capture/replay instead of init_forward_metadata_out_graph; 0.5.13 has the kit
-but no sglang.srt.runtime_context.
+tests/sglang_release_run.py's ReleaseProbe), run through detrun's task path inline with recording fake FlashInfer
+wrappers whose outputs depend on the wrapper kind (tests/sglang_fakes.py); the real `detrun bisect` command
+searches, judges each run and says what changed (the probe is that subprocess instead of a Ray submit: no CPU
+task runs SGLang's backend through Ray without flashinfer). Which releases backend sglang can drive, and why not the
+others: docs/sglang-releases.md.
 
 Needs sglang-0.5.14, -0.5.15 and -0.5.23 wheels in .wheelhouse/ (.ci/run downloads them; README, "Run the tests");
 without CI=true a machine without them skips this file.
@@ -20,21 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import zipfile
 
 import pytest
 import yaml
 
-from detrun.errors import DetrunError
-from detrun.judge.baseline import verdict_of
 from detrun.judge.wiring import wiring_problems
-from detrun.run import bisect
-from detrun.run.bisect import Probed
-from detrun.spec.versions import pin
 from detrun.store.runs import RunStore
 from tests.helpers import ROOT, cli_main
+from tests.sglang_release_run import ReleaseProbe
 
 WHEELHOUSE = ROOT / ".wheelhouse"
 RELEASES = ["0.5.14", "0.5.15", "0.5.23"]
@@ -70,34 +63,10 @@ def releases(tmp_path_factory):
     return out
 
 
-class ReleaseProbe:
-    """bisect's probe: the job pinned to the release, run by tests/sglang_release_run.py in a process whose
-    sys.path starts with that release, judged by its claims (as bisect's own probe judges a submitted run)."""
-
-    def __init__(self, req, data, store, releases):
-        self.req, self.data, self.store, self.releases, self.runs = req, data, store, releases, []
-
-    def __call__(self, version, good):
-        release = version.partition("==")[2]
-        path = bisect.output_path(self.req.output, version)
-        path.write_text(yaml.safe_dump(pin(self.data, [version]), sort_keys=False))
-        run_id = f"releases-{bisect.file_safe(version)}"
-        env = dict(os.environ, PYTHONPATH=f"{self.releases[release]}{os.pathsep}{ROOT}")
-        done = subprocess.run([sys.executable, "-m", "tests.sglang_release_run", str(path), self.req.runs_root,
-                               run_id], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            raise DetrunError(f"{version}: {done.stderr.strip().splitlines()[-1:]}")
-        self.runs.append(run_id)
-        return Probed.of(version, run_id, verdict_of(self.store, [run_id], self.req.claims.checks()))
-
-
 def test_bisect_finds_the_release_whose_prefill_graph_ignores_the_flag(releases, tmp_path, capsys, monkeypatch):
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(dict(JOB, versions={"sglang": RELEASES, "wheelhouse": str(WHEELHOUSE)})))
-    probes = []
-    monkeypatch.setattr(bisect, "_submit_probe",
-                        lambda req, data, store, axis: probes.append(ReleaseProbe(req, data, store, releases))
-                        or probes[-1])
+    ReleaseProbe.install(monkeypatch.setattr, releases, fake=True)
     out, root = tmp_path / "bisected.yaml", tmp_path / "runs"
     code, text, err = cli_main(capsys, "bisect", str(job), "--runs-root", str(root), "-o", str(out),
                                "--format", "json")
