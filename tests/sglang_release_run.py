@@ -92,12 +92,13 @@ class ReleaseProbe:
 
         from detrun.errors import DetrunError
         from detrun.judge.baseline import verdict_of
+        from detrun.paths import write_output
         from detrun.run import bisect
         from detrun.spec.versions import pin
 
         release = version.partition("==")[2]
         path = bisect.output_path(self.req.output, version)
-        path.write_text(yaml.safe_dump(pin(self.data, [version]), sort_keys=False))
+        write_output(path, yaml.safe_dump(pin(self.data, [version]), sort_keys=False), "-o/--output")
         run_id = f"{self.data['name']}-{bisect.file_safe(version)}"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.trees[release]), str(REPO),
                                                            os.environ.get("PYTHONPATH", "")]))
