@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Union
 
 FB = "sglang/srt/layers/attention/flashinfer_backend.py"
 ENV = "sglang/srt/environ.py"
-RUNNERS = ("sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py",
-           "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py")
+OTHERS = ("sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py",
+          "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py",
+          "sglang/srt/server_args.py", "sglang/srt/arg_groups/serving_hook.py")
 
 # anchor -> the pattern of its line in FB (the first match; a list anchor: every match)
 FB_ONE = {
@@ -56,9 +57,10 @@ ENV_ONE = {
     "env_use_paged": r"SGLANG_FLASHINFER_USE_PAGED = EnvBool\(False\)",
     "env_workspace": r"SGLANG_FLASHINFER_WORKSPACE_SIZE = EnvInt\(384 \* 1024 \* 1024\)",
 }
-RUNNER_ONE = {  # file:line in the first of RUNNERS that has it
+OTHER_ONE = {  # file:line in the first of OTHERS that has it
     "padding_factor": r"^_MAX_PREFILL_CUDA_GRAPH_PADDING_FACTOR = 2$",
     "slots": r"chunked_prefill_size // 512(, 1\)?)?$",
+    "det_env": r"^\s+envs\.SGLANG_ENABLE_DETERMINISTIC_INFERENCE\.set\($",  # from --enable-deterministic-inference
 }
 Line = Union[int, List[int], str, None]
 
@@ -75,10 +77,10 @@ def _read(wheel: zipfile.ZipFile, name: str) -> List[str]:
 
 
 def release_lines(path: Union[str, Path]) -> Dict[str, Line]:
-    """The anchors of one wheel: anchor -> FB line (or lines), ENV line, or 'file:line' for RUNNER_ONE."""
+    """The anchors of one wheel: anchor -> FB line (or lines), ENV line, or 'file:line' for OTHER_ONE."""
     with zipfile.ZipFile(path) as wheel:
         fb, env = _read(wheel, FB), _read(wheel, ENV)
-        runners = {name: _read(wheel, name) for name in RUNNERS}
+        others = {name: _read(wheel, name) for name in OTHERS}
     out: Dict[str, Line] = {k: _find(fb, p) for k, p in FB_ONE.items()}
     out.update({k: [i + 1 for i, text in enumerate(fb) if re.search(p, text)] for k, p in FB_ALL.items()})
     # the plain-EXTEND branch of the graph path (0.5.15 and later) and its use_ragged line
@@ -87,8 +89,8 @@ def release_lines(path: Union[str, Path]) -> Dict[str, Line]:
     inside = branch is not None and branch < (out["eager"] or 0) and out["eager"] > (out["out_graph"] or 0)
     out["graph_extend"] = [branch, _find(fb, r"use_ragged=False,", branch)] if inside and branch else None
     out.update({k: _find(env, p) for k, p in ENV_ONE.items()})
-    for key, pattern in RUNNER_ONE.items():
-        hit = next(((name, _find(text, pattern)) for name, text in runners.items() if _find(text, pattern)), None)
+    for key, pattern in OTHER_ONE.items():
+        hit = next(((name, _find(text, pattern)) for name, text in others.items() if _find(text, pattern)), None)
         out[key] = f"{hit[0].removeprefix('sglang/srt/')}:{hit[1]}" if hit else None
     return out
 

@@ -271,7 +271,8 @@ def release_cites(version: str) -> Dict[str, object]:
         "flashinfer.decode.graph_fixed_split_size": f"{FB}:{fixed} ({graph})",
         "flashinfer.decode.graph_disable_split_kv": f"{at('disable_cg_split')}; {at('graph_decode_split')} ({graph})",
         "flashinfer.decode.capture_batch_sizes": f"{unread}: H200, tp < 4, max 256",
-        "env.deterministic": f"{unread}: overwritten from --enable-deterministic-inference",
+        "env.deterministic": f"{SRT}/{LINES[version]['det_env']}-"
+                             f"{int(str(LINES[version]['det_env']).rpartition(':')[2]) + 2}",
         "env.use_paged": f"{at('env_use_paged')} (EnvBool), read once at {at('use_paged')}; eager rule "
                          f"{at('eager_rule', 4)}, DLLM_EXTEND graph {at('graph_dllm')}",
         "env.det_tensor_cores": at("det_tc"),
