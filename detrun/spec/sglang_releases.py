@@ -34,21 +34,7 @@ LINES: Dict[str, Dict[str, object]] = {
         capture=561, replay=714, out_graph=None, prepare=None, capture_meta=710, no_graph_mode=712,
         tensor_core_env=1678, graph_decode_split=[598, 735], graph_dllm=[705, 769], graph_extend=None,
         env_use_paged=368, env_workspace=370, padding_factor=None, slots=None, det_env='server_args.py:4243'),
-    "0.5.12.post1": dict(
-        prefill_backend=126, qwen_workspace=173, det_switch=178, default_tiles=181, det_tc=185, prefill_tile=186,
-        decode_tile=189, disable_cg_split=192, det_workspace=193, use_paged=195, workspace_read=201, eager=435,
-        eager_rule=493, eager_decode_split=445, eager_decode_nosplit=446, ragged_wrapper=255, eager_prefill_split=516,
-        capture=561, replay=714, out_graph=None, prepare=None, capture_meta=710, no_graph_mode=712,
-        tensor_core_env=1678, graph_decode_split=[598, 735], graph_dllm=[705, 769], graph_extend=None,
-        env_use_paged=368, env_workspace=370, padding_factor=None, slots=None, det_env='server_args.py:4243'),
     "0.5.13": dict(
-        prefill_backend=168, qwen_workspace=217, det_switch=222, default_tiles=225, det_tc=229, prefill_tile=230,
-        decode_tile=233, disable_cg_split=236, det_workspace=237, use_paged=239, workspace_read=245, eager=555,
-        eager_rule=627, eager_decode_split=571, eager_decode_nosplit=572, ragged_wrapper=297, eager_prefill_split=650,
-        capture=None, replay=None, out_graph=477, prepare=750, capture_meta=774, no_graph_mode=777,
-        tensor_core_env=1793, graph_decode_split=[505], graph_dllm=[527], graph_extend=None, env_use_paged=500,
-        env_workspace=502, padding_factor=None, slots=None, det_env='server_args.py:4138'),
-    "0.5.13.post1": dict(
         prefill_backend=168, qwen_workspace=217, det_switch=222, default_tiles=225, det_tc=229, prefill_tile=230,
         decode_tile=233, disable_cg_split=236, det_workspace=237, use_paged=239, workspace_read=245, eager=555,
         eager_rule=627, eager_decode_split=571, eager_decode_nosplit=572, ragged_wrapper=297, eager_prefill_split=650,
@@ -63,14 +49,6 @@ LINES: Dict[str, Dict[str, object]] = {
         tensor_core_env=2016, graph_decode_split=[662], graph_dllm=[684], graph_extend=None, env_use_paged=519,
         env_workspace=521, padding_factor=None, slots=None, det_env='server_args.py:5895'),
     "0.5.15": dict(
-        prefill_backend=309, qwen_workspace=361, det_switch=366, default_tiles=369, det_tc=373, prefill_tile=374,
-        decode_tile=377, disable_cg_split=380, det_workspace=381, use_paged=383, workspace_read=389, eager=769,
-        eager_rule=824, eager_decode_split=786, eager_decode_nosplit=787, ragged_wrapper=439, eager_prefill_split=847,
-        capture=None, replay=None, out_graph=646, prepare=1058, capture_meta=1078, no_graph_mode=1094,
-        tensor_core_env=2164, graph_decode_split=[674], graph_dllm=[696], graph_extend=[712, 726], env_use_paged=560,
-        env_workspace=562, padding_factor=None, slots='model_executor/runner/prefill_cuda_graph_runner.py:281',
-        det_env='server_args.py:5725'),
-    "0.5.15.post1": dict(
         prefill_backend=309, qwen_workspace=361, det_switch=366, default_tiles=369, det_tc=373, prefill_tile=374,
         decode_tile=377, disable_cg_split=380, det_workspace=381, use_paged=383, workspace_read=389, eager=769,
         eager_rule=824, eager_decode_split=786, eager_decode_nosplit=787, ragged_wrapper=439, eager_prefill_split=847,
@@ -152,6 +130,9 @@ LINES: Dict[str, Dict[str, object]] = {
         slots='model_executor/model_runner_components/cuda_graph_setup.py:584',
         det_env='arg_groups/serving_hook.py:444'),
 }
+# post releases whose cited lines are their release's (FB is byte-identical in each pair)
+POST = {"0.5.12.post1": "0.5.12", "0.5.13.post1": "0.5.13", "0.5.15.post1": "0.5.15"}
+LINES = {v: at for base, at in LINES.items() for v in (base, *(p for p, b in POST.items() if b == base))}
 RELEASES: Tuple[str, ...] = tuple(LINES)  # oldest first
 
 
