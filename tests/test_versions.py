@@ -122,6 +122,15 @@ def test_pin_keeps_the_named_environments_in_the_jobs_order():
     assert pin(spec_from_dict(data).model_dump(mode="json"), ["sglang==0.5.11"])["versions"]["sglang"] == ["0.5.11"]
 
 
+def test_pin_to_one_sglang_release_sets_the_profile_to_it():
+    data = small(versions={"sglang": ["0.5.14", "0.5.15"], "wheelhouse": "/w"},
+                 sglang={"version": "0.5.15", "deterministic_inference": False})
+    assert pin(data, ["sglang==0.5.14"])["sglang"] == {"version": "0.5.14", "deterministic_inference": False}
+    assert spec_from_dict(pin(data, ["sglang==0.5.14"])).sglang.version == "0.5.14"
+    both = pin(data, ["sglang==0.5.14", "sglang==0.5.15"])  # two releases: the job's own profile stays
+    assert both["sglang"]["version"] == "0.5.15" and data["sglang"]["version"] == "0.5.15"
+
+
 def test_pin_of_all_names_versions_of_the_wheelhouse():
     data = small(versions={"sglang": "all", "wheelhouse": "/w"})
     assert pin(data, ["sglang==0.5.23", "sglang==0.5.11"])["versions"]["sglang"] == ["0.5.11", "0.5.23"]

@@ -1,9 +1,11 @@
 """Wiring audit of backend sglang's rows: the wrappers SGLang ran are ones it planned for this batch, their
 kernels fit them, and the path agrees with SGLang's rule for the forward mode, the flag and the mode.
 
-No torch, no Ray. FB = python/sglang/srt/layers/attention/flashinfer_backend.py at SGLang 0.5.23 (read
-from the released wheel). A row's `wiring` (kernels/backends/sglang.py) holds forward_mode, graph,
-use_ragged, extend_no_prefix and the wrapper labels planned, ran and stale.
+No torch, no Ray. The rule is per release (spec/sglang_releases.py: every release 0.5.11 .. 0.5.23, read from the
+released wheels; releases that share code share a Wiring). FB = python/sglang/srt/layers/attention/
+flashinfer_backend.py; LINES[version][anchor] is the line at that release. A row's `wiring`
+(kernels/backends/sglang.py) holds forward_mode, graph, use_ragged, extend_no_prefix and the wrapper labels
+planned, ran and stale.
 """
 
 from __future__ import annotations
@@ -11,27 +13,32 @@ from __future__ import annotations
 from typing import List, Optional
 
 from ..record.paths import PATH_DECODE, PATH_PAGED, PATH_RAGGED, PATH_RAGGED_PREFIX, family, path_of
+from ..spec.sglang_releases import RELEASES, wiring_of
 from .audit import audit_kernels
 
 EXTEND, DECODE, DLLM_EXTEND = "EXTEND", "DECODE", "DLLM_EXTEND"
-RULE_VERSIONS = ("0.5.23",)  # the versions whose code sglang_rule was read from
+RULE_VERSIONS = RELEASES  # the releases whose code sglang_rule was read from
 
 
 def sglang_rule(version: str, forward_mode: str, mode: str, use_paged: bool, deterministic: bool) -> Optional[bool]:
-    """use_ragged as SGLang's code sets it for this forward mode (mode: eager, or cudagraph meaning SGLang's
-    graph path for the mode; piecewise CUDA graph off); None where it does not apply (decode)."""
+    """use_ragged as SGLang's code at `version` sets it for this forward mode (mode: eager, or cudagraph meaning
+    SGLang's graph path for the mode; piecewise CUDA graph off); None where it does not apply (decode)."""
     if version not in RULE_VERSIONS:
         raise ValueError(f"no wiring rule read for SGLang {version} (read: {', '.join(RULE_VERSIONS)})")
+    wiring = wiring_of(version)
     if forward_mode == DECODE:
-        return None  # decode wrappers only: FB:768-783 (graph), FB:1009-1023 (eager)
+        return None  # decode wrappers only, eager and graph (LINES: eager_decode_split, graph_decode_split)
+    # eager, EXTEND and DLLM_EXTEND alike (LINES eager_rule): use_ragged = not enable_deterministic and not
+    # <wiring.piecewise>() and not self.use_paged (self.use_paged read once in __init__, LINES use_paged)
+    eager = not deterministic and not use_paged
     if mode == "eager":
-        # EXTEND and DLLM_EXTEND alike: FB:1058-1062, use_ragged = not enable_deterministic and not
-        # is_in_tc_piecewise_cuda_graph() and not self.use_paged (self.use_paged read at FB:453)
-        return not deterministic and not use_paged
+        return eager
     if forward_mode == DLLM_EXTEND:
-        return not use_paged  # FB:794-802 (replay and capture planning: use_ragged=not self.use_paged)
+        return not use_paged  # LINES graph_dllm: use_ragged=not self.use_paged (capture and replay / out_graph)
     if forward_mode == EXTEND:
-        return False  # the full prefill graph: FB:820-834 (use_ragged=False), FB:1342-1348 (capture)
+        # 0.5.15 and later: the full prefill graph, use_ragged=False (LINES graph_extend). Before: no plain-EXTEND
+        # graph (capture raises "Invalid mode", LINES no_graph_mode): SGLang's runner prefills eager.
+        return False if wiring.extend_graph else eager
     raise ValueError(f"forward mode {forward_mode!r}: no rule (EXTEND, DECODE, DLLM_EXTEND)")
 
 

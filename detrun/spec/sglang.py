@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, cast
 
 from ..envflags import DETERMINISTIC_FLAG, TENSOR_CORE_FLAG, USE_PAGED_FLAG, TaskFlags
+from .sglang_releases import ENV, FB, LINES, SRT, lines, release_key, wiring_of
 
-SRT = "python/sglang/srt"
-FB = f"{SRT}/layers/attention/flashinfer_backend.py"
-ENV = f"{SRT}/environ.py"
 # 0.5.10's server arguments and decode graph runner
 SA = f"{SRT}/server_args.py"
 CG = f"{SRT}/model_executor/cuda_graph_runner.py"
@@ -72,14 +70,15 @@ class FullPrefillGraph:
 
     slots: int
     buckets: Tuple[int, ...]  # captured aggregate token counts; a batch replays the smallest >= its tokens
-    max_padding: int  # a batch whose bucket exceeds this many times its tokens runs eager
+    max_padding: Optional[int]  # a batch whose bucket exceeds this many times its tokens runs eager (None: no limit)
     cite: str
 
     def takes(self, qo_lens: List[int]) -> bool:
         """Whether SGLang replays the graph for a batch of these new-token counts (else it runs eager)."""
         tokens = sum(qo_lens)
         bucket = next((n for n in self.buckets if n >= tokens), None)
-        return len(qo_lens) <= self.slots and bucket is not None and bucket <= tokens * self.max_padding
+        padded = self.max_padding is not None and bucket is not None and bucket > tokens * self.max_padding
+        return len(qo_lens) <= self.slots and bucket is not None and not padded
 
     def capture_lens(self) -> List[int]:
         """Each slot's tokens in SGLang's first capture: the largest bucket, then zero-length sentinels
@@ -232,14 +231,83 @@ CITES_0523: Dict[str, object] = {
 }
 
 
+def _at(version: str, anchor: str, span: int = 0) -> str:
+    """FB (or ENV for env_* anchors) line(s) of an anchor at a release: 'FB:12', 'FB:12-14' with span 2."""
+    where = ENV if anchor.startswith("env_") else FB
+    return ", ".join(f"{where}:{n}" + (f"-{n + span}" if span else "") for n in lines(version, anchor))
+
+
+def release_cites(version: str) -> Dict[str, object]:
+    """The cites of a release 0.5.11 .. 0.5.22 from its lines (spec/sglang_releases.py LINES, FB and ENV; the
+    values are the same as 0.5.10's and 0.5.23's there). Values SGLang resolves in its server arguments (page
+    size, capture batch sizes, the deterministic env flag) are 0.5.23's: their lines were not read per release."""
+    at = lambda anchor, span=0: _at(version, anchor, span)  # noqa: E731
+    unread = f"server arguments (lines not read for {version}: as 0.5.10 and 0.5.23)"
+    graph = ("capture and replay" if wiring_of(version).graph_api == "capture/replay"
+             else "init_forward_metadata_out_graph")
+    fixed = ", ".join(str(n - 1) for n in lines(version, "graph_decode_split"))
+    return {
+        "deterministic": f"{at('det_switch', 2)}; eager prefill paged when set: {at('eager_rule', 4)}",
+        "page_size": f"{unread}: page_size None -> 1",
+        "flashinfer.backend": f"{at('prefill_backend')} (prefill_backend = 'fa2')",
+        "flashinfer.ragged_backend": f"{at('ragged_wrapper', 2)} (backend=fmha_backend: 'auto' off SM100; the "
+                                     f"selection's lines not read for {version})",
+        "flashinfer.kv_layout": f"{FB}:{lines(version, 'ragged_wrapper')[0] + 1} and every wrapper ('NHD')",
+        "flashinfer.workspace_mb": (
+            f"{at('det_workspace')} (sets SGLANG_FLASHINFER_WORKSPACE_SIZE to 2 GiB)",
+            f"{at('env_workspace')} (384 MiB), read at {at('workspace_read')} ({at('qwen_workspace')}: 512 MiB for "
+            "Qwen2/Qwen3/MiMo architectures)"),
+        "flashinfer.fixed_split_size": (f"{at('prefill_tile', 2)}, passed to the eager paged plan: "
+                                        f"{at('eager_prefill_split')}",
+                                        f"{at('default_tiles')}, {at('eager_prefill_split')}"),
+        "flashinfer.disable_split_kv": f"no prefill plan passes disable_split_kv (as 0.5.10 and 0.5.23; the plan "
+                                       f"calls' lines not read for {version})",
+        "flashinfer.decode.tensor_cores": (at("det_tc"), f"{at('tensor_core_env')}: {TENSOR_CORE_FLAG} == 'true', "
+                                                         "else GQA group >= 4 for fp16/bf16 KV"),
+        "flashinfer.decode.fixed_split_size": (f"{at('decode_tile', 2)}, {at('eager_decode_split')} (eager decode)",
+                                               f"{FB}:{lines(version, 'default_tiles')[0] + 1}, "
+                                               f"{at('eager_decode_split')} (eager decode)"),
+        "flashinfer.decode.disable_split_kv": f"{at('eager_decode_nosplit')} (eager decode)",
+        "flashinfer.decode.graph_fixed_split_size": f"{FB}:{fixed} ({graph})",
+        "flashinfer.decode.graph_disable_split_kv": f"{at('disable_cg_split')}; {at('graph_decode_split')} ({graph})",
+        "flashinfer.decode.capture_batch_sizes": f"{unread}: H200, tp < 4, max 256",
+        "env.deterministic": f"{SRT}/{LINES[version]['det_env']}-"
+                             f"{int(str(LINES[version]['det_env']).rpartition(':')[2]) + 2}",
+        "env.use_paged": f"{at('env_use_paged')} (EnvBool), read once at {at('use_paged')}; eager rule "
+                         f"{at('eager_rule', 4)}, DLLM_EXTEND graph {at('graph_dllm')}",
+        "env.det_tensor_cores": at("det_tc"),
+        "env.det_workspace": at("det_workspace"),
+        "env.tensor_core": at("tensor_core_env"),
+        "env.split_tiles": f"{FB}:{lines(version, 'det_tc')[0] - 1}-{lines(version, 'decode_tile')[0] + 2}",
+    }
+
+
+def release_prefill_graph(version: str) -> Optional[FullPrefillGraph]:
+    """A release's full prefill graph (0.5.15 and later; None before: plain EXTEND is never captured) on an H200,
+    as 0.5.23's: 16 slots, buckets up to 8192, twice the tokens at most (0.5.15 has no padding factor)."""
+    if not wiring_of(version).extend_graph:
+        return None
+    branch, ragged = lines(version, "graph_extend")
+    factor, slots = LINES[version]["padding_factor"], LINES[version]["slots"]
+    return FullPrefillGraph(
+        slots=8192 // 512, buckets=_prefill_buckets(8192), max_padding=2 if factor else None,
+        cite=(f"{FB}:{branch}-{ragged} (plain EXTEND: use_ragged=False); slots: {SRT}/{slots} (chunked_prefill_size "
+              f"// 512); " + (f"eager above twice the tokens: {SRT}/{factor}" if factor else
+                              "no padding factor (its runner replays any batch up to the largest bucket)")
+              + f"; buckets and capture order: lines not read for {version} (0.5.23's)"))
+
+
 # (version, deterministic_inference) -> {"knobs": {spec path: Knob}, "reads": {flag: cite}, "refused": {flag: why},
 # "prefill_graph": FullPrefillGraph or None}
 PROFILES: Dict[Tuple[str, bool], dict] = {
     (version, det): _profile(version, det, cites, graph)
-    for version, cites, graph in (("0.5.10", CITES_0510, None), ("0.5.23", CITES_0523, FULL_PREFILL_GRAPH_0523))
+    for version, cites, graph in (
+        ("0.5.10", CITES_0510, None),
+        *((v, release_cites(v), release_prefill_graph(v)) for v in LINES if v != "0.5.23"),
+        ("0.5.23", CITES_0523, FULL_PREFILL_GRAPH_0523))
     for det in (True, False)
 }
-VERSIONS = sorted({v for v, _ in PROFILES}, key=lambda v: tuple(int(p) for p in v.split(".")))
+VERSIONS = sorted({v for v, _ in PROFILES}, key=release_key)
 KNOB_PATHS = tuple(PROFILES[("0.5.10", True)]["knobs"])  # every profile sets the same knobs
 
 

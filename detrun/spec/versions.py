@@ -278,4 +278,6 @@ def pin(spec_dict: dict, names: Sequence[str]) -> dict:
             else list(versions.with_))
     out["versions"] = Versions(package=versions.package, releases=kept, wheelhouse=versions.wheelhouse,
                                with_=pins, deps=versions.deps).model_dump()
+    if versions.package == "sglang" and isinstance(out.get("sglang"), dict) and len(kept) == 1:
+        out["sglang"] = dict(out["sglang"], version=kept[0])  # the profile (and backend sglang) of the one release
     return out

@@ -26,7 +26,7 @@ from packaging.version import Version
 from ...envflags import TaskFlags
 from ...record.paths import path_of
 from ...spec.model import JobSpec
-from ...spec.sglang import FULL_PREFILL_GRAPH_0523, WORKSPACE_FLAG
+from ...spec.sglang import WORKSPACE_FLAG, full_prefill_graph
 from ...stages import Stages
 from ..envinfo import check_sglang
 from ..inputs import Batch
@@ -60,13 +60,17 @@ def inject_wiring_fault(sgl: Any) -> None:
         meta.use_ragged = False
 
 
-def _fresh_process_state() -> None:
+def _fresh_process_state(fb_module: Any) -> None:
     """Let a backend be built again in this process: SGLang keeps its FlashInfer workspace process-wide
-    (get_buffer("flashinfer_workspace"), FB:457, sized by the first backend) and __init__ rewrites
-    SGLANG_FLASHINFER_WORKSPACE_SIZE (FB:431, FB:451); both go back to the task's."""
-    from sglang.srt.runtime_context import get_context
+    (0.5.23: get_buffer("flashinfer_workspace"), FB:457; before 0.5.19 the module's global_workspace_buffer),
+    sized by the first backend, and __init__ rewrites SGLANG_FLASHINFER_WORKSPACE_SIZE (FB:431, FB:451); both
+    go back to the task's."""
+    if hasattr(fb_module, "global_workspace_buffer"):
+        fb_module.global_workspace_buffer = None
+    else:
+        from sglang.srt.runtime_context import get_context
 
-    get_context().resources.buffers.pop("flashinfer_workspace", None)
+        get_context().resources.buffers.pop("flashinfer_workspace", None)
     before = _WORKSPACE_ENV.setdefault(WORKSPACE_FLAG, os.environ.get(WORKSPACE_FLAG))
     if before is None:
         os.environ.pop(WORKSPACE_FLAG, None)
@@ -127,13 +131,15 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         self.block = spec.sglang.dllm_block_size
         self.capture_sizes = list(spec.flashinfer.decode.capture_batch_sizes)
         # SGLang's full prefill graph on an H200 (the profile's: request slots, token buckets, padding factor),
-        # as detrun's model of it uses (spec/sglang.py FULL_PREFILL_GRAPH_0523)
-        self.full = FULL_PREFILL_GRAPH_0523
+        # as detrun's model of it uses; None for a release without one (before 0.5.15: plain EXTEND is never
+        # captured, FB raises "Invalid mode", and SGLang's runner prefills eager)
+        self.full = full_prefill_graph(spec.sglang)
+        slots = self.full.slots if self.full else 0
         with on_device(device):
-            _fresh_process_state()
+            _fresh_process_state(fb_module)
             self.runner = Runner(spec, device, spec.sglang.deterministic_inference,
-                                 rows=max(self._size(most_requests(spec)) or 0, self.full.slots),
-                                 context_len=max(self.full.buckets) if self._extend_graphs() else 0)
+                                 rows=max(self._size(most_requests(spec)) or 0, slots),
+                                 context_len=self._extend_tokens())
             self.sgl = fb_module.FlashInferAttnBackend(self.runner.mock)
         self.rec.backend = self.sgl
         # dLLM servers build it from their model's config (DllmConfig.from_server_args needs a checkpoint);
@@ -204,8 +210,11 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
     def _size(self, bs: int) -> Optional[int]:
         return next((n for n in self.capture_sizes if n >= bs), None)
 
-    def _extend_graphs(self) -> bool:
-        return "cudagraph" in self.spec.modes and "prefill" in self.spec.phases
+    def _extend_tokens(self) -> int:
+        """The full prefill graph's largest bucket when the job captures it (0: it does not, or no such graph)."""
+        if self.full is None or "cudagraph" not in self.spec.modes or "prefill" not in self.spec.phases:
+            return 0
+        return max(self.full.buckets)
 
     def _graph_for(self, kind: str, step: Step) -> Optional[_Graph]:
         """The graph SGLang's runner would replay this batch with (captured on first use), or None when its
@@ -215,7 +224,7 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         that first plan fixes the graph wrappers' total_num_rows for every later plan."""
         bs = len(step.new_lens)
         if kind == EXTEND:
-            if not self.full.takes(step.new_lens):
+            if self.full is None or not self.full.takes(step.new_lens):
                 return None
             slots = self.full.slots
             tokens = next(n for n in self.full.buckets if n >= step.tokens)
@@ -243,8 +252,8 @@ class SGLangBackend(KernelProfiling, AttentionBackend):
         if self._graph_state:
             return
         sizes = [self._size(len(self.spec.members(c))) or 0 for c in self.spec.cases]
-        max_bs = max(sizes + [self.full.slots])
-        tokens = max(max(sizes) * max(self.block, 1), max(self.full.buckets) if self._extend_graphs() else 0)
+        max_bs = max(sizes + [self.full.slots if self.full else 0])
+        tokens = max(max(sizes) * max(self.block, 1), self._extend_tokens())
         self.sgl.init_cuda_graph_state(max_bs, tokens)
         self._graph_state = True
 

@@ -125,6 +125,35 @@ def most_requests(spec: JobSpec) -> int:
     return max(len(spec.members(case)) for case in spec.cases)
 
 
+_HELD: List[Any] = []  # process-wide overrides entered for older kits (see _install_server_args)
+
+
+def _install_server_args(mock: Any, deterministic: bool) -> Any:
+    """The kit installs server args with enable_deterministic_inference=False: install them again with the
+    job's switch. Kits with a runtime-context override (SGLang reads get_exec().deterministic, 0.5.19 and later):
+    a new override, returned for close(); older kits: the args object FB reads (model_runner.server_args)."""
+    override = getattr(mock, "_server_args_override", None)
+    if override is None:
+        from sglang.srt.runtime_context import get_parallel
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        # FB's __init__ pads max_bs by attn_cp_size (0.5.14-0.5.18 _cuda_graph_capture_max_bs); those kits
+        # override attn_tp_size only, for the process, as this does attn_cp_size (one rank, no group)
+        held = get_parallel().override(attn_cp_size=1)  # kept: a collected generator would undo it
+        held.__enter__()
+        _HELD.append(held)
+        mock.server_args.enable_deterministic_inference = deterministic
+        set_global_server_args_for_scheduler(mock.server_args)
+        return None
+    from sglang.srt.runtime_context import get_context
+
+    fields = dict(override._fields, enable_deterministic_inference=deterministic)
+    override.restore()
+    overrides = get_context().override_server_args(**fields)
+    mock.server_args = overrides.install()
+    return overrides
+
+
 class Runner:
     """SGLang's test-kit MockModelRunner (TinyModelConfig: the spec's heads, head_dim, dtype, page size)
     with a pool every case fits in, SGLang's server args with enable_deterministic_inference as the job
@@ -134,7 +163,6 @@ class Runner:
                  context_len: int = 0):
         from sglang.srt.layers.radix_attention import RadixAttention
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
-        from sglang.srt.runtime_context import get_context
         from sglang.test.kits.attention_unittest.attention_methods import dense_attention as kit
 
         ctx = max(longest(spec), context_len)  # context_len: a full prefill graph's one-request capture
@@ -149,17 +177,13 @@ class Runner:
                                      context_len=ctx)
         self.mock = kit.MockModelRunner(case=case, model_config=config, dtype=DTYPES[spec.dtype],
                                         device=str(device), max_context_len=ctx, head_dim=d, runner_batch_size=rows)
-        # The kit installs server args with enable_deterministic_inference=False: install them again with
-        # the job's switch (SGLang reads it as get_exec().deterministic.enable_deterministic_inference).
-        fields = dict(self.mock._server_args_override._fields, enable_deterministic_inference=deterministic)
-        self.mock._server_args_override.restore()
-        self.overrides = get_context().override_server_args(**fields)
-        self.mock.server_args = self.overrides.install()
+        self.overrides = _install_server_args(self.mock, deterministic)
         self.layer = RadixAttention(num_heads=hq, head_dim=d, scaling=d**-0.5, num_kv_heads=hkv, layer_id=0)
         self.device, self.context_len, self.rows = device, ctx, rows
 
     def close(self) -> None:
-        self.overrides.restore()
+        if self.overrides is not None:
+            self.overrides.restore()
 
     @property
     def pool(self):
@@ -203,8 +227,9 @@ class Runner:
             seq_lens_sum=sum(seq_lens),
             positions=positions,
         )
-        translator = self.mock.kv_index_translator
-        translator.own_plan(fb).bind_replay(fb, translator, slots=out_loc)
+        translator = getattr(self.mock, "kv_index_translator", None)  # 0.5.19 and later
+        if translator is not None:
+            translator.own_plan(fb).bind_replay(fb, translator, slots=out_loc)
         if mode != DECODE:
             fb.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=dev)
             fb.extend_prefix_lens_cpu = list(prefix)
