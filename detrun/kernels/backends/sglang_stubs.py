@@ -45,6 +45,31 @@ def _sgl_kernel(module: types.ModuleType) -> None:
     """sglang-kernel (a 373 MB CUDA wheel built for torch 2.14.1): quantization, layernorm, sampling and
     MoE modules import names from it at load; FlashInferAttnBackend calls none of them."""
     module.__dict__.update(__version__=STUB_VERSION, __getattr__=lambda name: _getattr(module.__name__, name))
+    if module.__name__ == "sgl_kernel":
+        _fake_registrations()
+
+
+def _fake_registrations() -> None:
+    """The real sgl_kernel defines its torch ops (sgl_kernel::*) when it loads; SGLang then registers fake
+    (meta) impls for some at module load on CUDA (0.5.14 layers/moe/topk.py:1887, under `if _is_cuda`), which
+    raises "operator sgl_kernel::... does not exist" over the stub (the H100, 2026-12-05). With the stub, a fake
+    registration for an sgl_kernel op is recorded in FAKE_OPS and returns the function unchanged; every other
+    namespace goes to torch as before. Idempotent."""
+    import torch.library
+
+    register = torch.library.register_fake
+    if getattr(register, "_detrun_stub", False):
+        return
+
+    def register_fake(op, func=None, /, *args, **kwargs):
+        name = op if isinstance(op, str) else getattr(op, "_name", "")
+        if not name.startswith("sgl_kernel::"):
+            return register(op, func, *args, **kwargs)
+        FAKE_OPS.append(name)
+        return func if func is not None else (lambda fn: fn)
+
+    register_fake._detrun_stub = True  # type: ignore[attr-defined]
+    torch.library.register_fake = register_fake
 
 
 def _getattr(modname: str, name: str) -> _Anything:
@@ -76,6 +101,7 @@ def _torchvision(module: types.ModuleType) -> None:
 # top-level name -> how its modules are filled in
 STUBS: Dict[str, Callable[[types.ModuleType], None]] = {"sgl_kernel": _sgl_kernel, "torchvision": _torchvision}
 _used: List[str] = []
+FAKE_OPS: List[str] = []  # sgl_kernel ops whose fake registration the stub took (_fake_registrations)
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
