@@ -30,7 +30,7 @@ from detrun.run.jitcache import cache_root
 from detrun.run.resources import gpu_steady_line, host_peak_mb, peaks, run_lines
 from detrun.spec.matrix import cells_for, check_size
 from detrun.spec.model import JobSpec, apply_overrides, spec_from_dict
-from detrun.stages import KERNEL_ROW, gpu_steady, run_breakdown
+from detrun.stages import KERNEL_ROW, gpu_steady, gpu_steady_caveat, run_breakdown
 from detrun.store.runs import RunStore
 
 JOB = str(Path(__file__).parent / "jobs" / "sweep10k.yaml")
@@ -131,7 +131,7 @@ def main() -> int:
         print(gpu_steady_line(timings))
     found = gpu_steady(timings)
     if args.reference:
-        print(against(store, args.reference, found, to_verdict, cells / tasks_s))
+        print(against(store, args.reference, found, to_verdict, cells / tasks_s, gpu_steady_caveat(timings, found)))
     print(markdown_row(store, run_id, cells, tasks_s, to_verdict, compare_s, steady))
     return int(verdict.exit_code)
 
@@ -140,7 +140,7 @@ def _kernel_s(rows) -> float:
     return next((seconds for name, seconds, _ in rows if name == KERNEL_ROW), 0.0)
 
 
-def against(store, reference: str, found, to_verdict: float, cells_per_s: float) -> str:
+def against(store, reference: str, found, to_verdict: float, cells_per_s: float, caveat: str = "") -> str:
     """This run against a reference run with one worker per GPU: its steady kernel is the kernel alone (with
     several processes on a GPU, a kernel's CUDA events may include another process's time slice)."""
     rows, tasks_s, steady = run_breakdown(store, reference)
@@ -158,7 +158,8 @@ def against(store, reference: str, found, to_verdict: float, cells_per_s: float)
         parts.append(f"its steady overhead {steady_overhead(cell_s, got):.1f}% (kernel {alone:.3f} ms)")
         if found is not None:
             cell = 1e3 * found[1] / found[0]
-            parts.append(f"this run's GPU steady overhead vs that kernel: {100 * (cell / alone - 1):.1f}%")
+            parts.append(f"this run's GPU steady overhead vs that kernel: {100 * (cell / alone - 1):.1f}%"
+                         + (f" ({caveat})" if caveat else ""))
     return "; ".join(parts)
 
 

@@ -190,6 +190,25 @@ def gpu_steady(shard_timings: Dict[str, dict]) -> Optional[Tuple[float, float, f
     return (cells, seconds, kernel, tasks) if cells else None
 
 
+GPU_STEADY_MIN_S = 5.0  # a GPU steady window shorter than this (seconds), or holding under a quarter of the
+GPU_STEADY_MIN_SHARE = 0.25  # tasks' steady cells, is reported but not judged (gpu_steady_caveat)
+
+
+def gpu_steady_caveat(shard_timings: Dict[str, dict], found: Optional[Tuple[float, float, float, int]]) -> str:
+    """Why a GPU steady figure cannot be judged ("" when it can): a short window, or one holding few of the
+    steady cells (with several workers per GPU the tasks' steady phases may overlap only briefly, e.g. when
+    only the task holding repeat 0 profiles; on the H100, 2026-12-05: 1.1 s, 625 of 9,500 cells)."""
+    if found is None:
+        return ""
+    total = sum(t["steady_trace"][-1][1] - t["steady_trace"][0][1] for t in shard_timings.values()
+                if len(t.get("steady_trace") or ()) > 1 and "slot" in t)
+    cells, seconds = found[0], found[1]
+    if seconds >= GPU_STEADY_MIN_S and cells >= GPU_STEADY_MIN_SHARE * total:
+        return ""
+    return (f"too short to judge: a {seconds:.1f} s window holding {cells:.0f} of the tasks' {total:.0f} steady "
+            f"cells (needs >= {GPU_STEADY_MIN_S:.0f} s and >= {GPU_STEADY_MIN_SHARE:.0%})")
+
+
 def run_breakdown(store, run_id: str) -> Tuple[List[Tuple[str, float, int]], float, Optional[tuple]]:
     """(breakdown of a stored run, seconds from placement group to the last shard written, steady_state)."""
     run = store.manifest(run_id).get("timings") or {}

@@ -10,9 +10,9 @@ import pytest
 from detrun.judge.compare import compare_runs
 from detrun.judge.findings import judge
 from detrun.run import runner
-from detrun.run.resources import run_lines
+from detrun.run.resources import gpu_steady_line, run_lines
 from detrun.spec.model import spec_from_dict
-from detrun.stages import Stages, SteadyTrace, gpu_steady
+from detrun.stages import Stages, SteadyTrace, gpu_steady, gpu_steady_caveat
 from tests.helpers import small
 
 
@@ -97,3 +97,21 @@ def test_gpu_steady_times_the_window_in_which_all_of_a_gpus_tasks_were_steady():
     assert (cells, seconds, kernel, tasks) == pytest.approx((6 + 12 + 10, 6 + 5, 0.5 * 28, 3))
     assert gpu_steady({"g0": {"slot": 0, "steady_trace": [[0.0, 1, 0.1], [1.0, 2, 0.2]]},
                        "g0b": {"slot": 0, "steady_trace": [[5.0, 1, 0.1], [6.0, 2, 0.2]]}}) is None  # never together
+
+
+def test_a_short_or_thin_gpu_steady_window_is_reported_but_not_judged():
+    # the H100's shape (2026-12-05): task b (no profile) steady from 0 to 10 s, task a from 9 to 19 s: a 1 s
+    # window holding 2 x 100 of the 2 x 1000 steady cells
+    staggered = {"a": {"slot": 0, "steady_trace": [[9.0, 1, 0.1], [10.0, 101, 0.2], [19.0, 1001, 1.0]]},
+                 "b": {"slot": 0, "steady_trace": [[0.0, 1, 0.1], [9.0, 901, 0.9], [10.0, 1001, 1.0]]}}
+    found = gpu_steady(staggered)
+    assert found is not None and found[:2] == pytest.approx((200, 1.0))
+    caveat = gpu_steady_caveat(staggered, found)
+    assert "too short to judge" in caveat and "1.0 s window holding 200 of the tasks' 2000" in caveat
+    assert caveat in gpu_steady_line(staggered)
+    # overlapping for 8 s of 10, holding 1600 of 2000 cells: judged, no caveat
+    together = {"a": {"slot": 0, "steady_trace": [[1.0, 1, 0.1], [9.0, 801, 0.8], [10.0, 901, 0.9]]},
+                "b": {"slot": 0, "steady_trace": [[0.0, 1, 0.1], [1.0, 101, 0.2], [9.0, 901, 0.9]]}}
+    found = gpu_steady(together)
+    assert found[1] == pytest.approx(8.0) and gpu_steady_caveat(together, found) == ""
+    assert "too short" not in gpu_steady_line(together)

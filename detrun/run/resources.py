@@ -53,7 +53,7 @@ def memory_line(run_timings: dict, shard_timings: Dict[str, dict]) -> Optional[s
 
 def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
     """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
-    from ..stages import gpu_steady
+    from ..stages import gpu_steady, gpu_steady_caveat
 
     found = gpu_steady(shard_timings)
     if found is None:
@@ -62,8 +62,10 @@ def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
     cell, own = 1e3 * seconds / cells, 1e3 * kernel / cells
     line = (f"GPU steady: {cell:.3f} ms per cell ({cells:.0f} cells of {tasks} task(s) in {seconds:.1f} s, "
             f"{cells / seconds:.1f} cells/s)")
-    return line + (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
-                   else ", kernel not timed (no CUDA)")
+    line += (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
+             else ", kernel not timed (no CUDA)")
+    caveat = gpu_steady_caveat(shard_timings, found)
+    return line + (f"; {caveat}" if caveat else "")
 
 
 def run_lines(store, run_id: str) -> List[str]:
