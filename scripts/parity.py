@@ -7,9 +7,10 @@ run: each line's job, with its overrides, run in this process (detrun.run.inline
 FlashInfer JIT and one torch.compile cache for all the runs), one after the other; a run that fails is said
 and the next one runs. With --resume a run already there is kept when complete (finished, with rows) and
 replaced when not (a run killed mid-way); without it, a run already there fails its line.
-pairs: every pair of the runs given, over the ok rows both have (same key): rows compared, rows bitwise equal (out and LSE), max ULP, max abs and max rel (against the second run) of out and
-LSE (judge/diffstats.py), rows missing on either side; then each run's largest error against its reference
-(the rows' ref_error, jobs/parity.yaml sets reference_error: fp64).
+pairs: every pair of the runs given, over the ok rows both have (same key): rows compared, rows bitwise equal
+(out and LSE), max ULP, max abs and max rel (against the second run) of out and LSE (judge/diffstats.py), rows
+missing on either side; then each run's largest error against its reference (the rows' ref_error,
+jobs/parity.yaml sets reference_error: fp64).
 """
 
 from __future__ import annotations
