@@ -14,6 +14,8 @@
 # with DETRUN_SGLANG=1 EVERY run uses DETRUN_WHL=.whl-next (the default then).
 # ~4 min on a fresh machine (JIT FA2 ~35 s, FA3 ~85 s per dtype; FA3 fp16 only with DETRUN_PARITY_FA3_FP16=1).
 # DETRUN_GPU_BUDGET_S (default 230): a FlashInfer group started past it is skipped (said in the log).
+# Runs are made with --resume: a second call on the same warm machine (runs/ kept) finishes what a killed first
+# call left: complete runs are kept, a run it killed mid-way is removed and run again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ -n ${DETRUN_SGLANG:-} ]] && export DETRUN_WHL=${DETRUN_WHL:-.whl-next}
@@ -28,7 +30,7 @@ RAGGED=env.SGLANG_FLASHINFER_USE_PAGED=0
 OWN=sglang.version=0.5.23  # DETRUN_SGLANG=1: SGLang's own backend (backend=sglang) and detrun's model of it
 runs() {  # runs GROUP [SECONDS] < PLAN: one python process runs the plan's lines (RUN_ID JOB [--set ...]), timed
   local s=$(date +%s)
-  timeout "${2:-600}" python3 scripts/parity.py run --runs-root runs
+  timeout "${2:-600}" python3 scripts/parity.py run --resume --runs-root runs
   echo "== group $1 exit $? in $(( $(date +%s) - s )) s (at $(elapsed) s)"
 }
 # The trainer's side: no JIT, no flashinfer; beside the FlashInfer JIT (CPU-bound), in the background.

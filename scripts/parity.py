@@ -1,14 +1,16 @@
 """Train/infer parity runs without Ray, and the numbers of each pair of them (scripts/gpu_parity.sh runs it).
 
-    python3 scripts/parity.py run --runs-root runs < PLAN     # PLAN lines: RUN_ID JOB [KEY=VALUE ...] (--set's)
+    python3 scripts/parity.py run --runs-root runs [--resume] < PLAN   # PLAN lines: RUN_ID JOB [KEY=VALUE ...]
     python3 scripts/parity.py pairs --runs-root runs [--json FILE] RUN_ID RUN_ID ...
 
 run: each line's job, with its overrides, run in this process (detrun.run.inline, every shard here: one
 FlashInfer JIT and one torch.compile cache for all the runs), one after the other; a run that fails is said
-and the next one runs. pairs: every pair of the runs given, over the ok rows both have (same key): rows
-compared, rows bitwise equal (out and LSE), max ULP, max abs and max rel (against the second run) of out and
-LSE (judge/diffstats.py), rows missing on either side; then each run's largest error against its reference
-(the rows' ref_error, jobs/parity.yaml sets reference_error: fp64).
+and the next one runs. With --resume a run already there is kept when complete (finished, with rows) and
+replaced when not (a run killed mid-way); without it, a run already there fails its line.
+pairs: every pair of the runs given, over the ok rows both have (same key): rows compared, rows bitwise equal
+(out and LSE), max ULP, max abs and max rel (against the second run) of out and LSE (judge/diffstats.py), rows
+missing on either side; then each run's largest error against its reference (the rows' ref_error,
+jobs/parity.yaml sets reference_error: fp64).
 """
 
 from __future__ import annotations
@@ -22,11 +24,31 @@ from typing import Dict, List
 
 import numpy as np
 
+from detrun.errors import DetrunError
 from detrun.judge.diffstats import decode, diff_stats
+from detrun.record.status import run_complete
 from detrun.store.runs import RunStore
 
 
-def run_plan(root: str, lines: List[str]) -> int:
+def resumed(store: RunStore, run_id: str) -> bool:
+    """--resume: True (said) when run_id is there and complete, kept; one there but not complete (killed: no
+    finished status, no rows, an unreadable manifest) is removed (said), to be run again."""
+    try:
+        store.check_new_run(run_id)
+        return False  # not there yet
+    except DetrunError:
+        pass
+    manifest = None if store.damage(run_id) else store.manifest(run_id)
+    if manifest is not None and run_complete(manifest) and store.row_files(run_id):
+        print(f"== run {run_id}: already complete, kept", flush=True)
+        return True
+    state = f"status {manifest.get('status')}, {len(store.row_files(run_id))} row files" if manifest else "unreadable"
+    store.remove_run(run_id)
+    print(f"== run {run_id}: incomplete ({state}), removed; running it again", flush=True)
+    return False
+
+
+def run_plan(root: str, lines: List[str], resume: bool = False) -> int:
     from detrun.run.inline import run_inline
     from detrun.spec.model import load_spec
 
@@ -37,6 +59,8 @@ def run_plan(root: str, lines: List[str]) -> int:
         run_id, job, *sets = line.split()
         start = time.perf_counter()
         try:
+            if resume and resumed(store, run_id):
+                continue
             left = run_inline(store, load_spec(job, sets), run_id)
             table = store.read_rows([run_id])
             rows = table.column("status").to_pylist()
@@ -132,11 +156,13 @@ def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["run", "pairs"])
     ap.add_argument("--runs-root", default="runs")
+    ap.add_argument("--resume", action="store_true",
+                    help="run: keep a run already complete, redo one left incomplete (killed)")
     ap.add_argument("--json", default="", help="pairs: also write the numbers to this file")
     ap.add_argument("runs", nargs="*", help="pairs: the run ids")
     args = ap.parse_intermixed_args(argv)
     if args.what == "run":
-        return run_plan(args.runs_root, sys.stdin.read().splitlines())
+        return run_plan(args.runs_root, sys.stdin.read().splitlines(), args.resume)
     return pairs(args.runs_root, args.runs, args.json)
 
 

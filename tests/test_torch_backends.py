@@ -5,6 +5,7 @@ kernel's; two runs of one job on different backends line up row for row."""
 
 import importlib.util
 import json
+import os
 
 import pytest
 import torch
@@ -18,7 +19,17 @@ from detrun.kernels.inputs import build_batch
 from detrun.kernels.referror import errors, ulp_of
 from detrun.run.worker import resolve_backend
 from detrun.spec.model import spec_from_dict
-from tests.helpers import ROOT, TINY, flip_one_ulp, is_alone_target, rewrite_rows, run_inline, small, stored_tensor
+from tests.helpers import (
+    ROOT,
+    TINY,
+    flip_one_ulp,
+    is_alone_target,
+    job_file,
+    rewrite_rows,
+    run_inline,
+    small,
+    stored_tensor,
+)
 
 PHASES = {"phases": ["prefill", "decode"], "repeats": 2, "modes": ["eager"]}
 
@@ -183,3 +194,38 @@ def test_the_parity_script_finds_a_pair_bitwise_and_a_one_ulp_flip_in_a_copy(sto
     assert parity.ref_summary(rows["r"]) == {}  # the reference run stored no reference error
     worst = parity.ref_summary(rows["a"])
     assert worst["reference"] == "fp64-cpu" and 0 < worst["out"]["max_abs"] < 2e-2
+
+
+def test_parity_run_resume_keeps_a_complete_run_and_redoes_one_a_kill_left(store, tmp_path, capsys):
+    parity, job = _parity_script(), job_file(tmp_path, backend="reference", **TINY)
+    run_inline(store, small(backend="reference", **TINY), "done")
+    store.create_run("killed", small(backend="reference", **TINY), 1)  # killed: running, no rows
+    kept = {p: (os.stat(p).st_mtime_ns, open(p, "rb").read()) for p in store.row_files("done")}
+    kept_manifest = store.get("done/manifest.json")
+    plan = [f"done {job}", f"killed {job}"]
+    assert parity.run_plan(store.root, plan) == 1  # without --resume: both lines fail, as before
+    out = capsys.readouterr().out
+    assert all(f"== run {r} FAILED after" in out and f"DetrunError: run {r} already exists under" in out
+               for r in ("done", "killed"))
+    assert not store.row_files("killed") and store.manifest("killed")["status"] == "running"
+    assert parity.run_plan(store.root, plan, resume=True) == 0
+    out = capsys.readouterr().out
+    assert "== run done: already complete, kept" in out
+    assert "== run killed: incomplete (status running, 0 row files), removed; running it again" in out
+    assert {p: (os.stat(p).st_mtime_ns, open(p, "rb").read()) for p in store.row_files("done")} == kept
+    assert store.get("done/manifest.json") == kept_manifest
+    assert store.manifest("killed")["status"] == "complete" and len(store.read_rows(["killed"])) == 11
+    assert parity.run_plan(store.root, plan, resume=True) == 0  # then both are kept
+    assert capsys.readouterr().out.count("already complete, kept") == 2
+
+
+def test_parity_run_resume_redoes_a_finished_run_without_rows_and_a_folder_without_manifest(store, tmp_path, capsys):
+    parity, job = _parity_script(), job_file(tmp_path, backend="reference", **TINY)
+    store.create_run("empty", small(backend="reference", **TINY), 1)
+    store.finish_run("empty", "complete")  # says complete, yet no rows
+    os.makedirs(os.path.join(store.root, "bare"))  # killed between claiming the id and writing the manifest
+    assert parity.run_plan(store.root, [f"empty {job}", f"bare {job}"], resume=True) == 0
+    out = capsys.readouterr().out
+    assert "== run empty: incomplete (status complete, 0 row files), removed" in out
+    assert "== run bare: incomplete (unreadable), removed" in out
+    assert all(len(store.read_rows([r])) == 11 for r in ("empty", "bare"))

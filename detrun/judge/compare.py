@@ -38,7 +38,7 @@ from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerpr
 from ..record.keys import key_parts, row_key
 from ..record.manifest import Manifest
 from ..record.plans import PLAN_UNKNOWN
-from ..record.status import RunStatus, Status
+from ..record.status import Status, run_complete
 from ..spec.matrix import expected_key_array, key_layout
 from ..spec.model import spec_from_dict
 from ..spec.sglang import profile_label
@@ -322,7 +322,7 @@ def _check_cells(cols: Columns, result: Comparison) -> None:
     """Missing and duplicate cells per run, in the order of its expected keys (counted as arrays)."""
     for run_id in cols.runs:
         manifest = cols.manifests[run_id]
-        if manifest.get("status") != RunStatus.COMPLETE:
+        if not run_complete(manifest):
             result.incomplete_runs.append(f"{run_id} ({manifest.get('status')})")
         spec, gpus = spec_from_dict(manifest["spec"], f"{run_id}/manifest.json"), int(manifest["gpus"])
         cells, blocks = key_layout(spec, gpus)

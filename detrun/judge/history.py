@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 from ..errors import DetrunError
 from ..record.keys import key_mode
 from ..record.manifest import Manifest
-from ..record.status import RunStatus
+from ..record.status import run_complete
 from ..spec.model import ROW_NEUTRAL, as_validated
 from ..store.requests import RunsRequest
 from ..store.runs import RunStore
@@ -149,7 +149,7 @@ def _summary(index: int, run_id: str, cols: Columns, job: str) -> RunSummary:
     manifest = cols.manifests[run_id]
     verdict = judge(compare_columns(cols, max_details=0))
     label = (NOT_VERIFIED if verdict.label == NOT_VERIFIED else "FAIL" if verdict.failed
-             else "pass" if manifest.get("status") == RunStatus.COMPLETE else "incomplete")
+             else "pass" if run_complete(manifest) else "incomplete")
     ok = len(cols.ok_rows())
     counts = {k: n for k, n in verdict.counts().items()
               if any(f.kind == k and f.severity in (FAIL, WARN) for f in verdict.findings)}

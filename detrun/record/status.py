@@ -8,6 +8,7 @@ member pickles as the Enum, though: rows carry `.value` (a plain str), as they c
 from __future__ import annotations
 
 from enum import Enum
+from typing import Mapping
 
 
 class _Stored(str, Enum):
@@ -32,3 +33,8 @@ class RunStatus(_Stored):
     RUNNING = "running"
     COMPLETE = "complete"
     INCOMPLETE = "incomplete"
+
+
+def run_complete(manifest: Mapping[str, object]) -> bool:
+    """Whether a run's manifest says it finished (what compare's incomplete_run and history's verdict read)."""
+    return manifest.get("status") == RunStatus.COMPLETE

@@ -91,6 +91,12 @@ class Manifests(Files):
         except OSError as exc:
             raise DetrunError(f"{path}: cannot create the run ({exc.strerror or exc})") from None
 
+    def remove_run(self, run_id: str) -> None:
+        """Delete the run's folder (manifest, rows, timings); the root's shared blobs stay."""
+        path = self._p(check_run_id(run_id))
+        if self._exists(path):
+            self.fs.delete_dir(path)
+
     def write_manifest(self, manifest: Manifest) -> None:
         self.write_json(posixpath.join(manifest["run_id"], "manifest.json"), dict(manifest))
 
