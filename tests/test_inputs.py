@@ -117,3 +117,23 @@ def test_a_task_draws_the_next_cases_values_while_this_case_runs(monkeypatch):
         # cases' sets are started, no more
         expected = [("prefetch", spec.members(c)[-1]) for c in cases[i + 1:i + 1 + ahead]]
         assert [e for e in started if e[0] == "prefetch"][1:] == expected, (cases[i], events)
+
+
+def test_token_pages_hold_the_same_keys_and_values_in_pages_of_one_token():
+    """Batch.token_pages (SGLang's view: plans of page size 1 over token slots) reads each request's prefix and
+    whole cache as the paged batch does; a slot off by one (a tampered index) reads other values."""
+    spec = spec_from_dict(small(page_size=4))
+    batch = build_batch(spec, "prefix_shared")
+    tokens = batch.token_pages()
+    assert tokens.page_size == 1 and tokens.token_pages() is tokens and batch.token_pages() is tokens
+    assert tokens.full.last_page_len.tolist() == [1] * len(batch.requests)
+    assert torch.equal(tokens.full.indptr[1:], torch.tensor(batch.kv_lens).cumsum(0).int())
+    for table, t_table, lens in ((batch.full, tokens.full, batch.kv_lens), (batch.prefix, tokens.prefix,
+                                                                            batch.prefix_lens)):
+        for i, n in enumerate(lens):
+            for cache, t_cache in ((batch.k_cache, tokens.k_cache), (batch.v_cache, tokens.v_cache)):
+                assert torch.equal(gather(cache, table, i, n), gather(t_cache, t_table, i, n))
+    t_table = tokens.full
+    t_table.indices[0] += 1
+    assert not torch.equal(gather(batch.k_cache, batch.full, 0, batch.kv_lens[0]),
+                           gather(tokens.k_cache, t_table, 0, batch.kv_lens[0]))

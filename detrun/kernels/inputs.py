@@ -14,7 +14,7 @@ import hashlib
 import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
@@ -134,6 +134,14 @@ class PageTable:
         as_i32 = lambda xs: torch.tensor(xs, dtype=torch.int32)  # noqa: E731
         return cls(as_i32(indptr), as_i32(flat), as_i32(last))
 
+    def token_slots(self, lens: List[int], page_size: int) -> "PageTable":
+        """This table over pages of one token: each request's first lens[i] slots (page * page_size + offset)."""
+        pages = [self.indices[int(a) : int(b)].tolist() for a, b in zip(self.indptr[:-1], self.indptr[1:])]
+        slots = [[p[t // page_size] * page_size + t % page_size for t in range(n)] for p, n in zip(pages, lens)]
+        table = PageTable.build(slots, lens, 1)
+        table.last_page_len.fill_(1)
+        return table
+
 
 @dataclass
 class Batch:
@@ -152,6 +160,7 @@ class Batch:
     full: PageTable  # prefix + new tokens, per request
     prefix: PageTable  # prefix only (ragged + paged-prefix path)
     page_size: int
+    _tokens: Optional["Batch"] = field(default=None, repr=False, compare=False)
 
     @property
     def kv_lens(self) -> List[int]:
@@ -160,6 +169,20 @@ class Batch:
     @property
     def has_prefix(self) -> bool:
         return any(self.prefix_lens)
+
+    def token_pages(self) -> "Batch":
+        """The same batch over pages of one token (SGLang's view: its FlashInfer plans take page size 1 over token
+        slots, whatever its page_size): each request's slots page * page_size + offset, last_page_len 1 (SGLang's
+        kv_last_page_len buffer holds ones), the caches viewed [slots, 1, Hkv, D]. Made once per batch."""
+        if self.page_size == 1:
+            return self
+        if self._tokens is None:
+            ps = self.page_size
+            shape = (-1, 1, *self.k_cache.shape[2:])
+            self._tokens = replace(self, k_cache=self.k_cache.view(shape), v_cache=self.v_cache.view(shape),
+                                   full=self.full.token_slots(self.kv_lens, ps),
+                                   prefix=self.prefix.token_slots(self.prefix_lens, ps), page_size=1)
+        return self._tokens
 
     def span(self, i: int) -> slice:
         return slice(int(self.qo_indptr[i]), int(self.qo_indptr[i + 1]))

@@ -77,6 +77,10 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         self.version = Version(flashinfer.__version__)
         self.opts = spec.flashinfer
         self.dtype = DTYPES[spec.dtype]
+        # Under an SGLang profile every paged plan takes page size 1 over token slots, as SGLang's do whatever its
+        # page_size (0.5.23 FB:2395-2403 prefill, FB:1840-1866 decode; 0.5.10 FB:1501, FB:1152, FB:1171): the
+        # planner's kv lengths, min chunk (128 / page_size) and kv_chunk_size are then SGLang's.
+        self.plan_page = 1 if spec.sglang is not None else spec.page_size
         self.scale = 1.0 / math.sqrt(spec.head_dim)
         self.workspace = torch.empty(self.opts.workspace_mb << 20, dtype=torch.uint8, device=device)
         self.paged_backend = self.opts.backend
@@ -121,7 +125,7 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
     def _paged_plan(self, w, qo_indptr, kv_indptr, indices, last_page_len, causal: bool, graph: bool) -> None:
         s = self.spec
         with self.staging.plan(w, self._slots(graph)):
-            w.plan(qo_indptr, kv_indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, s.page_size,
+            w.plan(qo_indptr, kv_indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, self.plan_page,
                    causal=causal, sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype,
                    **self._split_args(graph))
 
@@ -177,8 +181,8 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         lens = torch.tensor(g.capture_lens(), dtype=torch.int32)
         zero = torch.zeros(1, dtype=torch.int32)
         qo_indptr = torch.cat([zero, lens.cumsum(0, dtype=torch.int32)])
-        kv_indptr = torch.cat([zero, (-(-lens // s.page_size)).cumsum(0, dtype=torch.int32)])
-        last = torch.where(lens > 0, (lens - 1) % s.page_size + 1, 1).to(torch.int32)
+        kv_indptr = torch.cat([zero, (-(-lens // self.plan_page)).cumsum(0, dtype=torch.int32)])
+        last = torch.where(lens > 0, (lens - 1) % self.plan_page + 1, 1).to(torch.int32)
         pages = int(kv_indptr[-1])
         w = self.fi.BatchPrefillWithPagedKVCacheWrapper(
             self._full_workspace, self.opts.kv_layout, use_cuda_graph=True, qo_indptr_buf=i32(g.slots + 1),
@@ -271,7 +275,12 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
             raise KnownBug(f"flashinfer {self.version}: {what} + CUDA graph + fixed_split_size="
                            f"{split['fixed_split_size']}: {hang}")
 
+    def _planned(self, batch: Batch) -> Batch:
+        """The batch as this backend's plans see it: over pages of one token under an SGLang profile."""
+        return batch.token_pages() if self.plan_page == 1 else batch
+
     def forward(self, batch: Batch, mode: str, repeat: int = 0) -> Output:
+        batch = self._planned(batch)
         asked, mode = mode, self.prefill_mode(mode, batch)
         self._check_known_bugs(mode)
         path = self.path_for(mode, batch)
@@ -329,6 +338,7 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         """One new token per request: q is its last prefill row, over its whole cache (batch.full). Eager: one
         wrapper re-planned per batch. cudagraph: the batch padded to the smallest capture size >= bs, that
         size's graph (captured once) replayed after a re-plan; a larger batch runs eager, as SGLang's does."""
+        batch = self._planned(batch)
         bs = len(batch.requests)
         sizes = self.opts.decode.capture_batch_sizes
         graph_bs = next((n for n in sizes if n >= bs), None) if mode == "cudagraph" else None
@@ -374,11 +384,11 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
 
     def _plan_decode(self, wrapper, planner, indptr, indices, last_page_len, split: dict, **extra) -> None:
         s = self.spec
-        # SGLang passes page size 1 (its page_size) and no sm_scale at plan (it is given to forward(): the same
-        # 1/sqrt(head_dim) here). Decode graphs are few (one per capture size) and re-planned by consecutive
+        # SGLang passes page size 1 (plan_page under its profile) and no sm_scale at plan (it is given to forward():
+        # the same 1/sqrt(head_dim) here). Decode graphs are few (one per capture size) and re-planned by consecutive
         # cells, so every decode wrapper gets the eager staging.
         with self.staging.plan(wrapper, self._slots(False)):
-            planner(indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, s.page_size,
+            planner(indptr, indices, last_page_len, s.heads.qo, s.heads.kv, s.head_dim, self.plan_page,
                     q_data_type=self.dtype, kv_data_type=self.dtype, sm_scale=self.scale, non_blocking=True,
                     **split, **extra)
 
@@ -455,8 +465,8 @@ class _StaticKV:
 
     def __init__(self, be: FlashInferBackend):
         s = be.spec
-        self.pages = pool_pages(s)
-        page = (s.page_size, s.heads.kv) if be.opts.kv_layout == "NHD" else (s.heads.kv, s.page_size)
+        self.pages = pool_pages(s) * s.page_size // be.plan_page  # pages of the plans' size
+        page = (be.plan_page, s.heads.kv) if be.opts.kv_layout == "NHD" else (s.heads.kv, be.plan_page)
         self.k = torch.zeros((self.pages, *page, s.head_dim), dtype=be.dtype, device=be.device)
         self.v = torch.zeros_like(self.k)
         self.loaded: Optional[Batch] = None
