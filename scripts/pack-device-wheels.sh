@@ -58,9 +58,9 @@ elif [[ ! -f $dest/flashinfer.tar.xz ]]; then
     "$d"/cccl/libcudacxx/{codegen,share,test}
   find "$d/cutlass/tools" -mindepth 1 -maxdepth 1 ! -name util -exec rm -rf {} +
   find "$d/cutlass/tools/util" -mindepth 1 -maxdepth 1 ! -name include -exec rm -rf {} +
-  # On this machine's Python, with the tvm-ffi of the same version and tqdm/pynvml (in the GPU image):
+  # On this machine's Python, with the tvm-ffi of the same version and tqdm/pynvml/filelock (in the GPU image):
   # the stripped tree must import and generate every source and include its JIT specs name.
-  python3 -m pip install -q --no-deps --target "$tmp/check" "apache-tvm-ffi==$tvm" tqdm nvidia-ml-py
+  python3 -m pip install -q --no-deps --target "$tmp/check" "apache-tvm-ffi==$tvm" tqdm nvidia-ml-py filelock
   PYTHONPATH=$tmp/check python3 scripts/check_flashinfer_tree.py "$site" --version "$version" ${NVCC:+--nvcc "$NVCC"}
   XZ_OPT=-9e tar -C "$site" -cJf "$dest/flashinfer.tar.xz" .
 fi
