@@ -93,7 +93,11 @@ prepare_gpu() {  # versions, the timed JIT warm-up, a Ray head: the start of a f
 # PYTHONPATH (after the repo and $SITE). Ray starts `python -m virtualenv` with an EMPTY environment
 # (ray/_private/runtime_env/virtualenv_utils.py: env = {}; measured on the H100, 2026-12-05: "No module named
 # virtualenv"), so virtualenv and its needs (carried in .whl-versions) go into /tmp/venv-tools, named by a .pth
-# file in the base interpreter's site-packages. DETRUN_RAY_IN_VENV=1: Ray on the image's Python, as it is.
+# file in the base interpreter's site-packages. Ray's pip also checks `import ray` in each new environment with an
+# EMPTY environment (ray/_private/runtime_env/dependency_utils.py check_ray: env = {}; measured on the H200,
+# 2026-12-05: "flashinfer==0.6.7.post3 cannot be installed: No module named 'ray'"), so the same .pth names every
+# PYTHONPATH entry but the repo ($SITE: Ray; the image's site-packages: Ray's needs), after the tools. The
+# environments still put their own site-packages first. DETRUN_RAY_IN_VENV=1: Ray on the image's Python, as it is.
 ray_python() {
   local base venv tools=/tmp/venv-tools
   PY=python3
@@ -106,6 +110,10 @@ ray_python() {
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$tools" \
       .whl-versions/{virtualenv,distlib,filelock,platformdirs,python_discovery,packaging}-*.whl
   fi
-  echo "$tools" > "$(env -u PYTHONPATH "$base" -c 'import site; print(site.getsitepackages()[0])')/detrun-venv-tools.pth"
-  env -i "$base" -c "import virtualenv" || echo "== ray_python: $base cannot import virtualenv without PYTHONPATH"
+  local pth entry entries
+  pth="$(env -u PYTHONPATH "$base" -c 'import site; print(site.getsitepackages()[0])')/detrun-venv-tools.pth"
+  echo "$tools" > "$pth"
+  IFS=: read -ra entries <<<"$PYTHONPATH"
+  for entry in "${entries[@]}"; do [[ -n $entry && $entry != "$PWD" ]] && echo "$entry" >> "$pth"; done
+  env -i "$base" -c "import virtualenv, ray" || echo "== ray_python: $base cannot import virtualenv and ray without PYTHONPATH"
 }
