@@ -18,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 GOAL_S = 10.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +48,18 @@ def _tagged(text: str, tag: str) -> float:
     return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(tag)), float("nan"))
 
 
-def measure(name: str, code: str, where: str = ROOT) -> None:
+class Timed(NamedTuple):
+    wall: float  # the child process, interpreter start and imports included
+    call: float  # the call alone, as the child printed it ("@T seconds"); nan when it did not
+    cpu: float  # user + sys of the child
+    rss_mib: float  # the child's own peak RSS
+    rc: int
+    out: str  # its stdout
+    last: str  # its last line of stdout that is not a tag (else of stderr)
+
+
+def timed(code: str, where: str = ROOT) -> Timed:
+    """code run in a fresh child process with the detrun checkout at `where` first on its path."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROLOGUE + code], cwd=where, capture_output=True, text=True,
@@ -56,11 +68,15 @@ def measure(name: str, code: str, where: str = ROOT) -> None:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [ln for ln in proc.stdout.strip().splitlines() if not ln.startswith("@")]
-    last = (lines or [proc.stderr.strip()[-200:]])[-1]
-    call = _tagged(proc.stdout, "@T")
-    call = f"call {call:6.2f} s" if call == call else "call      -  "
-    print(f"{name:16s} wall {wall:6.2f} s ({wall / GOAL_S:4.2f}x the {GOAL_S:.0f} s goal) | {call} | cpu {cpu:6.2f} s "
-          f"| peak RSS {_tagged(proc.stderr, '@RSS') / 1024:6.0f} MiB | exit {proc.returncode} | {last[:70]}")
+    return Timed(wall, _tagged(proc.stdout, "@T"), cpu, _tagged(proc.stderr, "@RSS") / 1024, proc.returncode,
+                 proc.stdout, (lines or [proc.stderr.strip()[-200:]])[-1])
+
+
+def measure(name: str, code: str, where: str = ROOT) -> None:
+    got = timed(code, where)
+    call = f"call {got.call:6.2f} s" if got.call == got.call else "call      -  "
+    print(f"{name:16s} wall {got.wall:6.2f} s ({got.wall / GOAL_S:4.2f}x the {GOAL_S:.0f} s goal) | {call} | "
+          f"cpu {got.cpu:6.2f} s | peak RSS {got.rss_mib:6.0f} MiB | exit {got.rc} | {got.last[:70]}")
 
 
 def main():

@@ -32,6 +32,12 @@ DIFFS = 3
 KERNEL = "flashinfer::BatchPrefillWithPagedKVCacheKernel<128, 4>"
 PLAN = '{"kv_chunk_size": 64, "split_kv": false}'
 OTHER_PLAN = '{"kv_chunk_size": 32, "split_kv": true}'
+ROW = {  # an ok flashinfer row's constant fields (schema_table)
+    "status": "ok", "backend": "flashinfer", "attn": "prefill", "path": "paged", "use_paged": True,
+    "out_dtype": "bfloat16", "out_shape": [1, 32, 128], "lse_dtype": "float32", "lse_shape": [1, 32], "plan": PLAN,
+    "kernels": [KERNEL], "run_ms": 0.05, "flags": "{}", "gpu_name": "NVIDIA H200", "sm_count": 132,
+    "driver": "570.00", "cuda": "12.8", "torch": "2.8.0", "flashinfer": "0.4.0", "fingerprint": "0123456789abcdef",
+}
 
 
 def spec_for(rows: int, name: str = "scale") -> dict:
@@ -67,23 +73,22 @@ def shard_table(spec, shard, run_id: str, out_d: pa.Array, lse_d: pa.Array) -> p
     heads, tails = key_parts([(c, r, m) for c in cases for m in modes for r in members],
                              [(shard.slot, r) for r in shard.repeats])
     key = pc.binary_join_element_wise(heads.take(pa.array(cell)), tails.take(pa.array(i // per_rep)), "")
-    defaults = make_row()
-    cols = {
-        "run_id": _const(run_id, n), "key": key, "case": case, "request": req, "mode": mode,
-        "repeat": pa.array(rep), "slot": _const(shard.slot, n, pa.int32()), "shard": _const(shard.shard_id, n),
-        "status": _const("ok", n), "backend": _const("flashinfer", n), "attn": _const("prefill", n),
-        "path": _const("paged", n), "use_paged": _const(True, n),
-        "out_digest": out_d.take(pa.array(req_i)), "out_dtype": _const("bfloat16", n),
-        "out_shape": _const([1, 32, 128], n, pa.list_(pa.int64())),
-        "lse_digest": lse_d.take(pa.array(req_i)), "lse_dtype": _const("float32", n),
-        "lse_shape": _const([1, 32], n, pa.list_(pa.int64())), "plan": _const(PLAN, n),
-        "kernels": _const([KERNEL], n, pa.list_(pa.string())), "run_ms": _const(0.05, n),
-        "flags": _const("{}", n), "gpu_name": _const("NVIDIA H200", n), "sm_count": _const(132, n, pa.int32()),
-        "driver": _const("570.00", n), "cuda": _const("12.8", n), "torch": _const("2.8.0", n),
-        "flashinfer": _const("0.4.0", n), "fingerprint": _const("0123456789abcdef", n),
-    }
-    arrays = [cols[f.name] if f.name in cols else _const(defaults[f.name], n, f.type) for f in SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+    return schema_table(n, {
+        "run_id": run_id, "key": key, "case": case, "request": req, "mode": mode, "repeat": pa.array(rep),
+        "slot": shard.slot, "shard": shard.shard_id, "out_digest": out_d.take(pa.array(req_i)),
+        "lse_digest": lse_d.take(pa.array(req_i)),
+    })
+
+
+def schema_table(n: int, columns: dict) -> pa.Table:
+    """n rows with the real SCHEMA: columns' Arrow arrays as they are, plain values repeated;
+    what columns lacks, from ROW (an ok flashinfer row) else make_row's default."""
+    defaults = {**make_row(), **ROW, **columns}
+    return pa.Table.from_arrays([_column(defaults[f.name], n, f.type) for f in SCHEMA], schema=SCHEMA)
+
+
+def _column(value, n: int, type_: pa.DataType) -> pa.Array:
+    return value if isinstance(value, (pa.Array, pa.ChunkedArray)) else _const(value, n, type_)
 
 
 def _set(table: pa.Table, row: int, column: str, value) -> pa.Table:

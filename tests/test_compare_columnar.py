@@ -1,15 +1,22 @@
-"""The columnar compare agrees with a brute-force reference on randomly damaged runs."""
+"""The columnar compare agrees with a brute-force reference on randomly damaged runs; it reads each Parquet
+file a bounded number of times, builds its rows as a plain decode does, and parses each plan once."""
 
+import json
 import random
 from collections import Counter, defaultdict
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from detrun.judge.compare import AXES, ENV_FIELDS, PLAN_COLUMNS, compare_runs
+from detrun.judge import columnar
+from detrun.judge.columnar import read_columns
+from detrun.judge.compare import AXES, ENV_FIELDS, PLAN_COLUMNS, compare_runs, plan_fields
 from detrun.judge.history import history
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
+from detrun.store.runs import RunStore
 from tests.helpers import rewrite_rows, run_inline, small
 
 CROSS = {"backend": ("backend", "run_id"), "version": ("version", "run_id")}  # cross-run axes: columns dropped
@@ -127,3 +134,64 @@ def test_cross_run_axes_match_brute_force(store, seed):
     assert got == want
     for axis in ("run", "backend", "version"):  # each met, some requests equal and some differing
         assert {v[0] for (_, a), v in want.items() if a == axis} >= {"differs", "equal"}, axis
+
+
+@pytest.fixture(scope="module")
+def explained(tmp_path_factory):
+    """A run of 2 GPU slots x 3 repeats whose every repeat and slot ran another plan with another output:
+    explained along repeat and gpu, with many example rows to read whole (their output shape)."""
+    store = RunStore(str(tmp_path_factory.mktemp("explained") / "runs"))
+    run_inline(store, small(repeats=3, repeats_per_task=2), "a", gpus=2)
+
+    def change(r):
+        r["plan"] = json.dumps({"kv_chunk_size": 16 << r["repeat"], "split_kv": bool(r["slot"])})
+        r["out_digest"] = f"{r['repeat']}{r['slot']}{r['out_digest'][2:]}"
+
+    rewrite_rows(store, "a", change)
+    return store
+
+
+def test_a_compare_reads_each_file_at_most_twice(explained, monkeypatch):
+    """Once for the columns compare groups on, once for the rows it explains: not once per row explained."""
+    reads = Counter()
+    real = columnar.read_part
+
+    def counted(fs, path, **kwargs):
+        reads[path] += 1
+        return real(fs, path, **kwargs)
+
+    monkeypatch.setattr(columnar, "read_part", counted)
+    cmp = compare_runs(explained, ["a"], max_details=1000)
+    shown = {name for m in cmp.mismatches if m.explained for name in (m.a, m.b)}
+    files = explained.row_files("a")
+    assert len(shown) > 4 * len(files) and {m.axis for m in cmp.mismatches} >= {"repeat", "gpu"}
+    assert set(reads) == set(files) and max(reads.values()) <= 2, reads
+
+
+def test_rows_in_memory_are_the_rows_decoded_plainly(explained):
+    cols = read_columns(explained, ["a"])
+    idx = np.random.default_rng(0).choice(cols.n, size=cols.n // 2, replace=False)
+    rows = cols.rows_in_memory(idx)
+    plain = cols.table.take(pa.array(np.sort(idx))).to_pylist()  # every dictionary value decoded by Arrow
+    assert [dict(rows[i]) for i in sorted(rows)] == plain and sorted(rows) == sorted(idx.tolist())
+    assert all(list(rows[i]) == cols.table.column_names for i in rows)
+    detail = cols.rows_at(idx[:5])
+    assert all(rows[i]["out_shape"] == detail[i]["out_shape"] for i in idx[:5].tolist())  # read on first use
+
+
+def test_plan_fields_are_parsed_once_and_read_only():
+    one, same, spaced = plan_fields('{"a": 1, "b": [2]}'), plan_fields('{"a": 1, "b": [2]}'), plan_fields(
+        '{ "b": [2],  "a": 1 }')
+    assert one is same and one == spaced == {"a": 1, "b": [2]} and plan_fields("") == {}
+    with pytest.raises(TypeError):
+        one["a"] = 2
+    with pytest.raises(AttributeError):
+        one.pop("a")
+    assert plan_fields('{"a": 1, "b": [2]}') == {"a": 1, "b": [2]}
+
+
+def test_a_compare_without_room_for_kept_files_is_the_same(explained, monkeypatch):
+    """Past DETAIL_BYTES the kept files are let go and read again: slower, never another result."""
+    kept = compare_runs(explained, ["a"], max_details=1000)
+    monkeypatch.setattr(columnar, "DETAIL_BYTES", 0)
+    assert compare_runs(explained, ["a"], max_details=1000) == kept

@@ -7,6 +7,7 @@ dropped. Whole rows are only built (rows_at) for the few rows a verdict needs to
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -32,6 +33,7 @@ STRINGS = ("run_id", "case", "request", "mode", "phase", "status", "reason", "ba
 LAZY = ("last_out_digest", "last_lse_digest")
 _DICT = pa.dictionary(pa.int32(), pa.string())
 DETAIL = tuple(n for n in SCHEMA.names if n != "kernels")  # what explaining a row needs
+DETAIL_BYTES = 256 << 20  # DETAIL tables kept for rows_at (~600 bytes a row): the files of a sweep-sized run
 
 
 def _read(store: RunReader, path: str, columns: Sequence[str], dictionary: Sequence[str] = ()) -> pa.Table:
@@ -118,6 +120,13 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
     return [(start + int(r), problems[k]) for r, k in zip(rows[bad], inverse.ravel()[bad])]
 
 
+def _decoded(column: pa.ChunkedArray) -> list:
+    """A column's values as Python objects, a dictionary column decoded once (not per value)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    return column.to_pylist()
+
+
 class _Row(dict):
     def __init__(self, cols: "Columns", index: int, fields: dict):
         super().__init__(fields)
@@ -145,6 +154,7 @@ class Columns:
     audit: List[Tuple[int, str]] = field(default_factory=list)
     profiled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # ok rows with kernels
     _codes: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _details: "OrderedDict[int, pa.Table]" = field(default_factory=OrderedDict, repr=False)  # file -> DETAIL
 
     @property
     def n(self) -> int:
@@ -198,10 +208,12 @@ class Columns:
     def rows_in_memory(self, idx: np.ndarray) -> Dict[int, dict]:
         """Rows as dicts from the columns read; any other field is read from its file when asked."""
         out: Dict[int, dict] = {}
+        names = self.table.column_names
         for f, local in self._by_file(idx):  # one chunk per file: take within it, never across
             chunk = self.table.slice(int(self.starts[f]), int(self.starts[f + 1] - self.starts[f]))
-            rows = chunk.take(pa.array(local - self.starts[f])).to_pylist()
-            out.update((int(i), _Row(self, int(i), r)) for i, r in zip(local, rows))
+            taken = chunk.take(pa.array(local - self.starts[f]))
+            columns = [_decoded(taken.column(i)) for i in range(taken.num_columns)]
+            out.update((int(i), _Row(self, int(i), dict(zip(names, r)))) for i, r in zip(local, zip(*columns)))
         return out
 
     def _by_file(self, wanted: Union[Sequence[int], np.ndarray]):
@@ -214,12 +226,23 @@ class Columns:
         """The rows at these read-order indices as dicts (every field but the kernel list)."""
         out: Dict[int, dict] = {}
         for f, local in self._by_file(idx):
-            rows = _read(self.store, self.files[f], DETAIL).take(local - self.starts[f]).to_pylist()
+            rows = self._detail(f).take(local - self.starts[f]).to_pylist()
             label = next(run for run, (lo, hi) in self.run_files.items() if lo <= f < hi)
             for row in rows:
                 row["run_id"] = label
             out.update(zip(local.tolist(), rows))
         return out
+
+    def _detail(self, f: int) -> pa.Table:
+        """File f's DETAIL columns, kept: a file is read once while the tables asked for fit in DETAIL_BYTES
+        (past it, the least recently asked for are let go; the last one is always kept)."""
+        if f in self._details:
+            self._details.move_to_end(f)
+            return self._details[f]
+        self._details[f] = table = _read(self.store, self.files[f], DETAIL)
+        while len(self._details) > 1 and sum(t.nbytes for t in self._details.values()) > DETAIL_BYTES:
+            self._details.popitem(last=False)
+        return table
 
     def row_range(self, run_id: str) -> Tuple[int, int]:
         lo, hi = self.run_files[run_id]

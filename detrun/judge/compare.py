@@ -26,7 +26,8 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
+from types import MappingProxyType
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -126,12 +127,19 @@ def model_pair(a: dict, b: dict) -> bool:
     return {a["backend"], b["backend"]} == {MODEL, SGLANG}
 
 
+@lru_cache(maxsize=4096)
+def plan_fields(plan: str) -> Mapping[str, object]:
+    """A row's plan JSON as a read-only mapping, parsed once per distinct string (a compare meets a few plans
+    in thousands of rows)."""
+    return MappingProxyType(json.loads(plan or "{}"))
+
+
 def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
     """(field, a, b) for each recorded plan field that differs: backend, attn, path, then the plan JSON."""
     pair = model_pair(a, b)
     names = [n for n in PLAN_COLUMNS if not (pair and n == "backend")]
     diffs = [(name, a[name], b[name]) for name in names if a[name] != b[name]]
-    pa, pb = json.loads(a["plan"] or "{}"), json.loads(b["plan"] or "{}")
+    pa, pb = plan_fields(a["plan"]), plan_fields(b["plan"])
     keys = sorted(k for k in set(pa) | set(pb) if not (pair and k.startswith(SGLANG_ONLY)))
     diffs += [(k, pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)]
     return diffs
@@ -183,7 +191,7 @@ def model_differs(a: dict, b: dict) -> str:
 
 def unknown_plan(r: dict) -> str:
     """Why the row's plan (or its prefix wrapper's) could not be read; "" when it was."""
-    plan = json.loads(r["plan"] or "{}")
+    plan = plan_fields(r["plan"])
     return "; ".join(str(v) for k, v in plan.items() if k.rpartition(".")[2] == PLAN_UNKNOWN)
 
 
