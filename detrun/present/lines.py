@@ -3,8 +3,9 @@ compare, history and timings is render.py's). Each takes what the library return
 
 from __future__ import annotations
 
-import json
 from typing import List
+
+from ..judge.compare import plan_fields
 
 
 def submitted(plan, runs_root: str) -> List[str]:
@@ -41,7 +42,7 @@ def status(st) -> List[str]:
 
 def plan_line(row: dict) -> str:
     """A row's recorded plan: path, attn and each plan field."""
-    plan = json.loads(row["plan"] or "{}")
+    plan = plan_fields(row["plan"])
     return f"path {row['path']}, attn {row['attn']}; " + ", ".join(f"{k}={v}" for k, v in sorted(plan.items()))
 
 
