@@ -1,5 +1,6 @@
 """Compare of a sweep-sized run: bench/jobs/sweep10k.yaml's 40,000 rows, written as one task writes them, then
-verdict_of and `detrun compare --format json` timed in fresh processes, before and after a change.
+verdict_of, `detrun compare --format json` and the driver's write of those rows (store.write_rows) timed in fresh
+processes, before and after a change.
 
     python bench/sweep_rows.py /tmp/sweep-rows                          # write the run (once) and time this checkout
     git archive main detrun | tar -x -C /tmp/before                     # the code before the change
@@ -48,7 +49,14 @@ CODE = {
                   "print('@T', time.perf_counter() - t); print(v.headline[:70])",
     "detrun compare": "from detrun.cli import main; import sys; "
                       "sys.argv = ['detrun', 'compare', {run!r}, '--runs-root', {root!r}, '--format', 'json']; main()",
+    # the driver's write of a shard that returned these rows (make_row, Arrow, Parquet); the file's rows hashed
+    "driver write": "import glob, hashlib, tempfile, pyarrow.parquet as pq; from detrun.store.runs import RunStore; "
+                    "rows = pq.read_table(glob.glob({root!r} + '/' + {run!r} + '/rows/*.parquet')[0]).to_pylist(); "
+                    "s = RunStore(tempfile.mkdtemp()); t = time.perf_counter(); p = s.write_rows('w', 'g0', rows); "
+                    "print('@T', time.perf_counter() - t); "
+                    "print(hashlib.blake2b(repr(pq.read_table(p).to_pylist()).encode()).hexdigest())",
 }
+TIMED_CALL = ("verdict_of", "driver write")  # timed inside the process ('@T'); the others by its wall
 
 
 def plan(case: int, mode: str) -> dict:
@@ -129,7 +137,7 @@ def main():
         for side, where in codes.items():
             for name, code in CODE.items():
                 got = timed(code.format(root=args.root, run=run), where)
-                seconds = got.call if name == "verdict_of" else got.wall
+                seconds = got.call if name in TIMED_CALL else got.wall
                 times.setdefault((name, side), []).append(seconds)
                 outputs.setdefault((name, side), got.out)
                 print(f"{side:6s} {name:15s} {seconds:6.2f} s (wall {got.wall:6.2f} s) | peak RSS {got.rss_mib:5.0f} "
@@ -145,6 +153,8 @@ def main():
         a, b = outputs[("detrun compare", "after")], outputs[("detrun compare", "before")]
         print(f"verdict JSON: {len(a.encode())} bytes after, {len(b.encode())} before: "
               f"{'identical' if a == b else 'DIFFERENT'}")
+        a, b = (outputs[("driver write", side)].split()[-1] for side in ("after", "before"))
+        print(f"rows the driver wrote: {'identical' if a == b else 'DIFFERENT'} (hash {a[:16]}, before {b[:16]})")
 
 
 if __name__ == "__main__":

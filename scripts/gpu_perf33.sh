@@ -7,8 +7,9 @@
 #   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
-#            DETRUN_GPU_ONLY="paged sweep-old sweep-w2 sweep-w1 sweep-w4 bits": only those (sweep-w4, 4 workers
-#            per GPU, runs only when named); DETRUN_GPU_BUDGET_S (280): a sweep needs 75 s of it left
+#            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
+#            4 workers per GPU, runs only when named; sweep-c2: draws: counter, 2 workers); DETRUN_GPU_BUDGET_S
+#            (280): a sweep needs 75 s of it left
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-280}
@@ -60,20 +61,26 @@ if only sweep-old; then
   REF=(--reference sweep-old)
 fi
 
-sweep_new() {  # sweep_new ID WORKERS: bench/sweep_scale.py, N workers per GPU, against sweep-old
-  local id=$1 n=$2
+sweep_new() {  # sweep_new ID WORKERS [ARGS]: bench/sweep_scale.py, N workers per GPU, against sweep-old
+  local id=$1 n=$2; shift 2
   local left=$(budget_left)
   if (( left < 75 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
   local s=$(date +%s.%N)
-  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" \
+  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" "$@" \
     > "$OUT/$id.log" 2>&1
   local rc=$? w=$(wall_since "$s")
   echo "== $id ($n worker(s) per GPU): exit $rc, process wall $w s"
   grep -E "^(steady state|cells/s|time to verdict|GPU steady|reference)" "$OUT/$id.log"
-  S+=("sweep, $n worker(s) per GPU: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
+  S+=("sweep $id, $n worker(s) per GPU${*:+ ($*)}: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
       "  $(grep -m1 '^GPU steady' "$OUT/$id.log")" "  $(grep -m1 '^reference' "$OUT/$id.log")")
 }
+if only draws; then  # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
+  timeout 120 python3 bench/draws_bench.py --scale 0.5 --counter cuda > "$OUT/draws.log" 2>&1
+  rc=$?; cat "$OUT/draws.log"
+  S+=("draws (bench/draws_bench.py --scale 0.5 --counter cuda): exit $rc" "$(sed 's/^/  /' "$OUT/draws.log")")
+fi
 only sweep-w2 && sweep_new sweep-w2 2
+only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 

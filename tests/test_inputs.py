@@ -137,3 +137,72 @@ def test_token_pages_hold_the_same_keys_and_values_in_pages_of_one_token():
     t_table.indices[0] += 1
     assert not torch.equal(gather(batch.k_cache, batch.full, 0, batch.kv_lens[0]),
                            gather(tokens.k_cache, t_table, 0, batch.kv_lens[0]))
+
+
+def _splitmix64_sums(seed: int, count: int):
+    """counter_values re-derived with numpy's unsigned arithmetic: splitmix64 of seed + i * golden, three
+    16-bit fields summed, centred, scaled by 2**-16."""
+    import numpy as np
+
+    u = np.uint64
+    with np.errstate(over="ignore"):
+        x = np.arange(count, dtype=u) * u(0x9E3779B97F4A7C15) + u(seed)
+        x = x ^ (x >> u(30))
+        x = x * u(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> u(27))
+        x = x * u(0x94D049BB133111EB)
+        x = x ^ (x >> u(31))
+    total = (x & u(0xFFFF)) + ((x >> u(16)) & u(0xFFFF)) + ((x >> u(32)) & u(0xFFFF))
+    return (2 * total.astype(np.int64) - 3 * 0xFFFF).astype(np.float32) * np.float32(2.0**-16)
+
+
+def test_counter_values_are_splitmix64_sums_of_mean_0_and_std_1():
+    """counter_values is the documented hash (an independent numpy derivation gives the same bits) and looks like
+    the normal draws it stands in for: mean ~0, standard deviation ~1, within +-3."""
+    import numpy as np
+
+    from detrun.kernels.inputs import counter_values
+
+    seed = 0x7FFF_FFFF_FFFF_FF11  # a large stable_seed: the wrapping arithmetic matters
+    values = counter_values(seed, (64, 4, 32), "cpu")
+    assert values.dtype == torch.float32 and values.shape == (64, 4, 32)
+    assert np.array_equal(values.flatten().numpy(), _splitmix64_sums(seed, values.numel()))
+    many = counter_values(3, (1 << 20,), "cpu")
+    assert abs(many.mean().item()) < 0.01 and abs(many.std().item() - 1) < 0.01 and many.abs().max() <= 3
+    assert not torch.equal(counter_values(4, (1 << 20,), "cpu"), many)
+
+
+def test_counter_draws_keep_a_requests_bits_across_cases_and_use_no_cpu_threads():
+    """draws: counter: a request has the same bits in every case (the property the batch axis needs), values
+    other than the CPU draws, and the draws start no threads (they are made where the task runs)."""
+    from detrun.kernels.inputs import Draws, counter_values, stable_seed
+
+    cpu, counter = spec_from_dict(small()), spec_from_dict(small(draws="counter"))
+    a, b = build_batch(counter, "alone"), build_batch(counter, "mixed")
+    i = b.requests.index("target")
+    assert torch.equal(a.q, b.q[b.span(i)])
+    assert torch.equal(gather(a.k_cache, a.full, 0, 21), gather(b.k_cache, b.full, i, 21))
+    q = counter_values(stable_seed(counter.seed, "q", "target"), (a.qo_lens[0], 4, counter.head_dim), "cpu")
+    assert counter.heads.qo == 4 and torch.equal(a.q, q.to(torch.bfloat16))
+    assert not torch.equal(a.q, build_batch(cpu, "alone").q)
+    draws = Draws(counter, "cpu", threads=4)
+    assert draws.pool is None
+    draws.prefetch([("q", "target", 5, 4)])
+    assert not draws.ahead
+
+
+def test_compare_refuses_runs_that_drew_different_inputs(store, capsys):
+    """Runs of draws: cpu and draws: counter (or of two seeds) are not compared bit for bit: a one-line error
+    naming the field and each run's value, exit 2; two counter runs compare as any two runs do."""
+    from tests.helpers import cli_error, cli_main, run_inline
+
+    run_inline(store, small(draws="counter"), "c1")
+    run_inline(store, small(draws="counter"), "c2")
+    run_inline(store, small(), "p1")
+    run_inline(store, small(seed=1), "s1")
+    root = ["--runs-root", store.root]
+    assert cli_main(capsys, "compare", "c1", "c2", *root)[0] == 0
+    code, line = cli_error(capsys, "compare", "c1", "p1", *root)
+    assert code == 2 and "draws: c1 counter, p1 cpu" in line and "seed" not in line
+    code, line = cli_error(capsys, "compare", "p1", "s1", *root)
+    assert code == 2 and "seed: p1 7, s1 1" in line

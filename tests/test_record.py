@@ -21,6 +21,10 @@ def test_the_schema_is_the_rows_declaration_in_order_with_its_arrow_types():
                      "last_out_digest": pa.string()}
     row = make_row(run_id="r", key="k", repeat=2)
     assert list(row) == SCHEMA.names and row["repeat"] == 2 and row["kernels"] == [] and row["phase"] == "prefill"
+    row["kernels"].append("k")  # each row has lists of its own: a default is never shared
+    assert make_row()["kernels"] == [] and make_row(kernels=["a"])["kernels"] == ["a"]
+    given = make_row(key="k", ref_error="{}", last_out_digest="d")  # given fields kept, the order still SCHEMA's
+    assert list(given) == SCHEMA.names and (given["ref_error"], given["last_out_digest"]) == ("{}", "d")
     with pytest.raises(KeyError, match="not in the row schema: \\['nosuch'\\]"):
         make_row(nosuch=1)
 

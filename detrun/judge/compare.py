@@ -35,13 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..envflags import USE_PAGED_FLAG, use_paged_of
+from ..errors import DetrunError
 from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
 from ..record.keys import key_parts, row_key
 from ..record.manifest import Manifest
 from ..record.plans import PLAN_UNKNOWN
 from ..record.status import Status, run_complete
 from ..spec.matrix import expected_key_array, key_layout
-from ..spec.model import spec_from_dict
+from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import profile_label
 from ..store.runs import RunReader
 from .claims import CROSS_RUN, Claims, claims_of
@@ -651,12 +652,25 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
                                  why))
 
 
+_INPUTS = ("seed", "draws")  # what picks a request's values (kernels/inputs.py), beside its name and sizes
+
+
+def _same_inputs(runs: Sequence[str], specs: Sequence[dict]) -> None:
+    """Raise DetrunError when the runs drew their requests' values differently: their bits are not comparable."""
+    values = [{f: s.get(f, JobSpec.model_fields[f].default) for f in _INPUTS} for s in specs]
+    fields = [f for f in _INPUTS if len({v[f] for v in values}) > 1]
+    if fields:
+        said = "; ".join(f"{f}: " + ", ".join(f"{run} {v[f]}" for run, v in zip(runs, values)) for f in fields)
+        raise DetrunError(f"the runs drew different inputs ({said}): their bits cannot be compared")
+
+
 def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
                     expect: Optional[Dict[str, str]] = None) -> Comparison:
     """compare_runs over rows already read: grouping on integer codes, Python only for the groups
     whose plans or digests are not all one (their mismatches, notes and counts). The claims are the
     runs' specs' (expect, deterministic), then expect, then strict (every axis bitwise)."""
     specs = [cols.manifests[run]["spec"] for run in cols.runs]
+    _same_inputs(cols.runs, specs)
     result = Comparison(list(cols.runs), claims=claims_of(specs, expect, strict))
     result.profiles = sorted({p for p in (profile_label(s.get("sglang")) for s in specs) if p})
     result.rows = cols.n

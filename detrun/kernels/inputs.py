@@ -1,11 +1,12 @@
 """Seeded inputs: ragged q/k/v per request, scattered into a paged KV cache by a seeded page permutation.
 
-Values depend only on (spec.seed, request or prefix name), never on the batch or the device: they are
-drawn on the CPU (torch's CPU generator, one per value set), rounded to the dtype there and moved, so the
-same request has the same bits in every case and on every GPU; a task draws each once (`Draws`), a case's
-sets side by side on CPU threads (each set has its own generator: the same bits in any order). The stale
-values in every other cache slot come from a counter hash computed on the device: seeded, no CPU draw, and
-the same bits on any device.
+Values depend only on (spec.seed, request or prefix name), never on the batch or the device. With
+`draws: cpu` (the default) they are drawn on the CPU (torch's CPU generator, one per value set), rounded to
+the dtype there and moved, so the same request has the same bits in every case and on every GPU; a task
+draws each once (`Draws`), a case's sets side by side on CPU threads (each set has its own generator: the
+same bits in any order). With `draws: counter` each value is made on the task's device from a counter hash
+(`counter_values`: integer arithmetic, exact in fp32), the same bits on any device with no CPU work. The
+stale values in every other cache slot come from such a hash too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ..spec.model import JobSpec
-from .digest import mix
+from .digest import _signed, _srl, mix
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -42,6 +43,19 @@ def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torc
     return ((bits - 0x8000).to(torch.float32) / 8192).to(dtype).reshape(shape)
 
 
+_GOLDEN = _signed(0x9E3779B97F4A7C15)  # splitmix64's increment: element i's state is seed + i * _GOLDEN
+
+
+def counter_values(seed: int, shape: Tuple[int, ...], device) -> torch.Tensor:
+    """Seeded values of mean 0 and standard deviation ~1 (fp32) made on the device: element i is the sum of
+    three 16-bit fields of splitmix64(seed + i * golden), centred and scaled by 2**-16 (Irwin-Hall of three,
+    within +-3). Integer arithmetic and an exact conversion: the same bits on any device."""
+    state = torch.arange(math.prod(shape), device=device, dtype=torch.int64) * _GOLDEN + seed
+    h = mix(state)
+    total = (h & 0xFFFF) + (_srl(h, 16) & 0xFFFF) + (_srl(h, 32) & 0xFFFF)
+    return ((2 * total - 3 * 0xFFFF).to(torch.float32) * 2.0**-16).reshape(shape)
+
+
 DrawKey = Tuple[str, str, int, int]  # (kind, request or prefix key, rows, heads): one seeded value set
 
 
@@ -60,7 +74,8 @@ class Draws:
     def __init__(self, spec: JobSpec, device, threads: int = 1) -> None:
         self.spec, self.device = spec, device
         self.cache: Dict[Any, torch.Tensor] = {}
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if threads > 1 else None
+        on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
         self.ahead: Dict[Tuple[str, str], Future] = {}
 
     def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
@@ -77,7 +92,10 @@ class Draws:
 
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)
-        if key not in self.cache:
+        if key not in self.cache and self.spec.draws == "counter":
+            seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
+            self.cache[key] = counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
+        elif key not in self.cache:
             started = self.ahead.pop(key, None)
             host = started.result() if started is not None else self._host(kind, name, n, heads)
             self.cache[key] = host.to(self.device)

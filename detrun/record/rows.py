@@ -108,19 +108,23 @@ def as_stored(table: pa.Table) -> pa.Table:
     return table.set_column(i, "phase", pc.fill_null(table.column(i), ADDED["phase"]))
 
 
+_NAME_SET = frozenset(SCHEMA.names)
+_LISTS = tuple(f.name for f in SCHEMA if pa.types.is_list(f.type))  # a new [] in each row
+# Every column's default in SCHEMA's order (lists: None here, a new [] per row): a row starts as a copy of it.
+_FILL = {f.name: None if f.name in _LISTS else ADDED.get(f.name) or _DEFAULTS[f.type] for f in SCHEMA}
+
+
 def make_row(**fields) -> Row:
     """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
-    names = set(SCHEMA.names)
-    unknown = set(fields) - names
+    unknown = fields.keys() - _NAME_SET
     if unknown:
         raise KeyError(f"not in the row schema: {sorted(unknown)}")
     if fields.get("status", Status.OK) not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}")
-    row = {}
-    for f in SCHEMA:
-        if f.name in fields:
-            row[f.name] = fields[f.name]
-        else:
-            row[f.name] = [] if pa.types.is_list(f.type) else ADDED.get(f.name) or _DEFAULTS[f.type]
+    row = dict(_FILL)
+    row.update(fields)  # the keys are SCHEMA's: the order stays SCHEMA's
+    for name in _LISTS:
+        if name not in fields:
+            row[name] = []
     row["status"] = Status(row["status"] or Status.OK).value  # a plain str: rows cross Ray as plain values
     return cast(Row, row)

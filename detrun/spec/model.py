@@ -182,6 +182,9 @@ class JobSpec(_Model):
     page_size: int = Field(default=16, ge=1)
     causal: bool = True
     seed: int = 0
+    # Request values: torch's CPU generator (normal, drawn on CPU threads: the bits of every run so far), or
+    # a counter hash drawn on the task's own device (kernels/inputs.py counter_values: same bits on any device)
+    draws: Literal["cpu", "counter"] = "cpu"
     repeats: int = Field(default=2, ge=1)
     repeats_per_task: Optional[int] = Field(default=None, ge=1)
     store_tensors: bool = True  # keep the bytes of the first tensor per digest (diff statistics need them)
