@@ -94,6 +94,35 @@ def test_kernels_are_profiled_once_per_distinct_path_and_plan(backend, monkeypat
     assert be.forward(batches["prefix_alone"], "eager", repeat=0).kernels == [] and calls == [False]
 
 
+def test_the_tasks_of_a_slot_share_the_profiling_each_plan_once(backend, monkeypatch):
+    """A slot's repeats split among tasks (repeats_per_task): each task profiles, in its own first repeat, the
+    plans whose hash falls to it; together every plan once (the code before profiled all of them in the task
+    holding repeat 0 and none in the others)."""
+    from detrun.spec.matrix import profile_share, shards
+
+    monkeypatch.setattr(FakePrefillWrapper, "plan", _plan_per_batch_size)
+    spec, _ = backend(paged=True)
+    split = spec.model_copy(update={"repeats": 6, "repeats_per_task": 3})
+    tasks = shards(split, 1)
+    assert [profile_share(split, t) for t in tasks] == [(0, 2), (1, 2)]
+    assert profile_share(spec, shards(spec, 1)[0]) == (0, 1)
+    profiled: dict = {}
+    for task in tasks:
+        _, be = backend(paged=True, profile_kernels=True, profile_repeats=1)
+        be.profile_share, be.profile_from = profile_share(split, task), task.repeats[0]
+        monkeypatch.setattr(be, "_kernels", lambda run, graph: ["BatchPrefillWithPagedKVCache"])
+        batches = {case: build_batch(spec, case) for case in spec.cases}
+        for r in task.repeats:
+            for case in spec.cases:
+                for mode in spec.modes:
+                    out = be.forward(batches[case], mode, repeat=r)
+                    if out.kernels:
+                        assert r == task.repeats[0]  # in the task's first repeat only
+                        profiled.setdefault((out.path, json.dumps(out.plan, sort_keys=True)), []).append(r)
+    assert len(profiled) == 8 and all(len(at) == 1 for at in profiled.values())  # every plan, once
+    assert {at[0] for at in profiled.values()} == {0, 3}  # both tasks took a share
+
+
 def test_graph_outputs_are_cloned_only_for_a_reader_after_the_next_replay(backend):
     """A replay's outputs are the graph's own buffers (the digests, queued behind it, read them in stream
     order) unless the worker copies them to the host later (store_tensors), a profiled run rewrites them, or

@@ -217,3 +217,20 @@ def test_a_digest_on_its_own_stream_falls_at_most_lag_cells_behind(monkeypatch, 
     assert n >= 5 and all(r["status"] == "ok" for r in rows)
     # the wait is queued after cell k + lag - 1 launched, so the next kernel (cell k + lag) runs after it
     assert waits == ([(k + lag, k) for k in range(n - lag + 1)] if lag else [])
+
+
+def test_a_worker_profiles_its_share_of_the_plans_in_its_first_repeat(store):
+    """run_inline of sdpa on the CPU, 4 repeats in two tasks of one slot: the one eager plan is profiled once,
+    in the first repeat of the task share_of gives it (the worker hands its shard's share to the backend)."""
+    import json
+
+    import pyarrow.dataset as ds
+
+    from detrun.kernels.backends.profiling import share_of
+    from tests.helpers import run_inline
+
+    run_inline(store, small(backend="sdpa", modes=["eager"], repeats=4, repeats_per_task=2), "shared")
+    rows = ds.dataset(f"{store.root}/shared/rows").to_table(columns=["repeat", "path", "plan", "kernels"]).to_pylist()
+    plans = {(r["path"], json.dumps(json.loads(r["plan"]), sort_keys=True)) for r in rows}
+    profiled = [r["repeat"] for r in rows if r["kernels"]]
+    assert len(plans) == 1 and profiled == [2 * share_of(plans.pop(), 2)]

@@ -28,13 +28,14 @@ from ..kernels.backends.base import (
     Output,
     Unsupported,
 )
+from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
 from ..record.status import Status
 from ..record.task import Deferred, TaskResult
-from ..spec.matrix import Cell, Shard, cells_for
+from ..spec.matrix import Cell, Shard, cells_for, profile_share
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
 from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
@@ -177,6 +178,8 @@ class ShardRunner:
                     self.environment_error = self.poisoned = str(exc)
                 except BackendUnavailable as exc:  # a torch kernel this device lacks: its rows say so
                     self.note = self.poisoned = str(exc)
+        if isinstance(self.backend, KernelProfiling):  # the slot's tasks share the profiling (one per plan)
+            self.backend.profile_share, self.backend.profile_from = profile_share(spec, shard), shard.repeats[0]
         with self.stages("environment"):
             env = envinfo.environment(self.device, self.flags.flags,
                                       sglang=envinfo.installed_sglang() if spec.backend == "sglang" else "")

@@ -57,6 +57,12 @@ def shards(spec: JobSpec, gpus: int) -> List[Shard]:
     return [Shard(slot, chunk) for slot in range(gpus) for chunk in chunks]
 
 
+def profile_share(spec: JobSpec, shard: Shard) -> Tuple[int, int]:
+    """(the shard's place among its GPU slot's shards, their number): each profiles its share of the plans."""
+    chunks = [s.repeats for s in shards(spec, 1)]
+    return (chunks.index(shard.repeats), len(chunks)) if shard.repeats in chunks else (0, 1)
+
+
 def shard_rows(spec: JobSpec, shard: Shard) -> Iterator[Tuple[str, Cell, str]]:
     """(key, cell, request) of every row one shard must write."""
     for cell in cells_for(spec, shard.repeats):

@@ -4,6 +4,7 @@ run FlashInfer (flashinfer.py, sglang.py) and the torch ones (torch_attn.py). Th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Dict, List, Set, Tuple
 
@@ -12,19 +13,31 @@ import torch
 from .base import capture_and_replay
 
 
+def share_of(key: Tuple[str, str], shares: int) -> int:
+    """Which of `shares` tasks profiles this (path, plan JSON): a hash every process computes alike."""
+    return int.from_bytes(hashlib.blake2b("\0".join(key).encode(), digest_size=8).digest(), "little") % shares
+
+
 class KernelProfiling:
     """_profiled picks the first cell of each distinct (path, plan); _kernels records its CUDA kernels."""
 
     _profiled_plans: Set[Tuple[str, str]]
+    # (this task's share, the number of tasks of its GPU slot) and its first repeat (the worker sets them from
+    # its shard: spec/matrix.py profile_share); one task alone: (0, 1) and 0
+    profile_share: Tuple[int, int] = (0, 1)
+    profile_from: int = 0
 
     def _profiled(self, repeat: int, path: str, plan: Dict[str, object]) -> bool:
-        """Profile this cell? Only the first cell of each distinct (path, plan) in the task, within the first
-        profile_repeats repeats: the kernels are a function of the path and plan (compare audits per plan)."""
+        """Profile this cell? Only the first cell of each distinct (path, plan) in the task, within its first
+        profile_repeats repeats: the kernels are a function of the path and plan (compare audits per plan). When
+        the slot's repeats are split among several tasks, each profiles only the plans whose hash falls to it
+        (share_of), so every plan is still profiled once per slot and no one task carries every profile."""
         limit = self.opts.profile_repeats  # type: ignore[attr-defined]
-        if not self.opts.profile_kernels or (limit is not None and repeat >= limit):  # type: ignore[attr-defined]
+        if not self.opts.profile_kernels or (limit is not None and repeat - self.profile_from >= limit):  # type: ignore[attr-defined]
             return False
         key = (path, json.dumps(plan, sort_keys=True))  # the plan as the row records it
-        if key in self._profiled_plans:
+        share, shares = self.profile_share
+        if key in self._profiled_plans or (limit is not None and shares > 1 and share_of(key, shares) != share):
             return False
         self._profiled_plans.add(key)
         return True
