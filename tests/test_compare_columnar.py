@@ -195,3 +195,25 @@ def test_a_compare_without_room_for_kept_files_is_the_same(explained, monkeypatc
     kept = compare_runs(explained, ["a"], max_details=1000)
     monkeypatch.setattr(columnar, "DETAIL_BYTES", 0)
     assert compare_runs(explained, ["a"], max_details=1000) == kept
+
+
+def test_pair_words_are_the_plain_answers_for_rows_of_the_same_signatures():
+    """The compare works out explain, label and cause once per pair of signatures (plan columns, plan,
+    environment): rows that differ elsewhere (case, key, digests) get what the plain functions give them."""
+    from detrun.judge.compare import _PairWords, cause, explain, label
+    from detrun.record.rows import make_row
+
+    def row(key, plan, **more):
+        return make_row(run_id="r", key=key, case=key, backend="flashinfer", attn="fa2", path="paged",
+                        plan=json.dumps(plan), gpu_name="H200", flags="{}", out_digest=key, **more)
+
+    a, b = row("a", {"kv_chunk_size": 128}), row("b", {"kv_chunk_size": 256})
+    twins = [row("c", {"kv_chunk_size": 128}), row("d", {"kv_chunk_size": 256}, sm_count=0)]
+    other_env = row("e", {"kv_chunk_size": 128}, torch="2.11")  # another signature: worked out anew
+    words = _PairWords()
+    for x, y in [(a, b), *zip(twins, [b, a]), (other_env, b), (a, other_env)]:
+        for axis in ("batch", "version", "backend", "phase"):
+            assert words.label(x, y, axis) == label(x, y, axis)
+            assert words.cause(x, y, axis) == cause(x, y, axis)
+        assert words.explain(x, y) == explain(x, y)
+    assert "torch: 2.11 vs " in " ".join(words.explain(other_env, b))

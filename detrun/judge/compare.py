@@ -218,6 +218,43 @@ def _signature(r: dict) -> tuple:
     return tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)
 
 
+def _either_unknown(a: dict, b: dict) -> bool:
+    return bool(unknown_plan(a) or unknown_plan(b))
+
+
+class _PairWords:
+    """explain, label and cause of two rows, worked out once per distinct pair of signatures (each a function of
+    the rows' plan columns, plan and environment alone): a compare meets a few plans in thousands of groups."""
+
+    def __init__(self) -> None:
+        self.memo: Dict[tuple, object] = {}
+        self.signatures: Dict[int, tuple] = {}  # id of a row (alive for the whole compare) -> its signature
+
+    def signature(self, r: dict) -> tuple:
+        sig = self.signatures.get(id(r))
+        if sig is None:
+            sig = self.signatures[id(r)] = _signature(r)
+        return sig
+
+    def _once(self, fn, a: dict, b: dict, *args):
+        key = (fn, self.signature(a), self.signature(b), args)
+        if key not in self.memo:
+            self.memo[key] = fn(a, b, *args)
+        return self.memo[key]
+
+    def explain(self, a: dict, b: dict) -> List[str]:
+        return self._once(explain, a, b)
+
+    def label(self, a: dict, b: dict, axis: str) -> str:
+        return self._once(label, a, b, axis)
+
+    def cause(self, a: dict, b: dict, axis: str) -> Optional[Tuple[str, str, str]]:
+        return self._once(cause, a, b, axis)
+
+    def either_unknown(self, a: dict, b: dict) -> bool:
+        return self._once(_either_unknown, a, b)
+
+
 def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
     """The digests two rows must share: the whole output and LSE, or (last) their last query token's."""
     pre = "last_" if last else ""
@@ -354,8 +391,9 @@ class _GroupJudge:
     """Judges the groups of one request along one axis; records up to max_details mismatches. Under a bound
     claim it measures every pair of distinct results of each group besides (measured)."""
 
-    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, max_details: int):
-        self.result, self.blobs = result, blobs
+    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, max_details: int,
+                 words: Optional[_PairWords] = None):
+        self.result, self.blobs, self.words = result, blobs, words or _PairWords()
         self.axis, self.request = axis, request
         self.causes: Dict[str, str] = {}  # explaining field -> first example ("512 vs 8192")
         self.left = max_details
@@ -397,8 +435,9 @@ class _GroupJudge:
         if self.measured is not None:
             self._measure(members)
         by_plan: Dict[tuple, List[dict]] = defaultdict(list)
+        words = self.words
         for r in members:
-            by_plan[_signature(r)].append(r)
+            by_plan[words.signature(r)].append(r)
         unexplained = explained = False
         for same in by_plan.values():  # same plan, path and environment: must be bitwise equal
             seen = {_ident(same[0], self.last)}
@@ -406,26 +445,26 @@ class _GroupJudge:
                 if _ident(r, self.last) not in seen:
                     seen.add(_ident(r, self.last))
                     unexplained = True
-                    self._record(same[0], r, explain(same[0], r), label(same[0], r, self.axis))
+                    self._record(same[0], r, words.explain(same[0], r), words.label(same[0], r, self.axis))
         reps = [same[0] for same in by_plan.values()]
         for r in reps[1:]:  # plans differ: a difference is explained (unless a plan is unknown), an equality noted
             if _ident(r, self.last) != _ident(reps[0], self.last):
-                tag = label(reps[0], r, self.axis)
+                tag = words.label(reps[0], r, self.axis)
                 if tag.startswith("unexplained"):
                     unexplained = True
                 else:
                     explained = True
-                    found = cause(reps[0], r, self.axis)
+                    found = words.cause(reps[0], r, self.axis)
                     if found is not None:  # explained: a plan or environment field differs
                         self.causes.setdefault(found[1], found[2])
-                self._record(reps[0], r, explain(reps[0], r), tag)
+                self._record(reps[0], r, words.explain(reps[0], r), tag)
             # along phase the plans always differ (prefill's path, planner and kernel are never decode's), and along
             # backend: equal bits there are what the axis claims, not worth a note; an unknown plan is its own finding
-            elif self.noted and not (unknown_plan(reps[0]) or unknown_plan(r)):
+            elif self.noted and not words.either_unknown(reps[0], r):
                 self.result.notes.append(
                     f"equal across {self.axis} although plans differ: {self.request} "
                     f"{reps[0]['run_id']}:{reps[0]['key']} vs {r['run_id']}:{r['key']} "
-                    f"({'; '.join(explain(reps[0], r))})")
+                    f"({'; '.join(words.explain(reps[0], r))})")
         return unexplained, explained
 
 
@@ -707,7 +746,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
-    blobs = _Blobs(cols.store, cols.runs, cols.manifests)
+    blobs, words = _Blobs(cols.store, cols.runs, cols.manifests), _PairWords()
     names = cols.dictionary("request")
     judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
     for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
@@ -716,7 +755,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
             groups, nrows, _ = per_axis[axis]
             dropped = _dropped(axis)
             judged_rows = judged_sets[axis]
-            judge = _GroupJudge(result, request, axis, blobs, max_details)
+            judge = _GroupJudge(result, request, axis, blobs, max_details, words)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged_rows:
