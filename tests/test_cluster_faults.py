@@ -136,6 +136,15 @@ def test_task_timeout_cancels_and_records_the_shard(cluster, store):
     assert store.manifest("slow")["status"] == "incomplete" and store.row_files("slow") == []
 
 
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, store, monkeypatch, tmp_path):
     """An H100 node dies while its bundle's first shard runs (every bundle's first task has started and
     waits until the node is gone, so nothing has finished): Ray cannot re-place the bundle (every GPU is in
@@ -153,8 +162,14 @@ def test_node_removed_mid_run_gives_up_its_shards_and_resume_finishes(cluster, s
             while len(list(tmp_path.glob("release.waiting-*"))) < 3:  # each one started, waiting
                 assert time.monotonic() < deadline, "the first 3 tasks did not start within 300 s"
                 time.sleep(0.2)
+            pids = [int(f.name.rpartition("-")[2]) for f in tmp_path.glob("release.waiting-*")]
             c.remove_node(h100[0], allow_graceful=False)
             removed_at.append(done)
+            # the dead node's worker must be gone before the release: alive for a moment, it would finish its
+            # shard and hand the result straight to the driver (no raylet needed), which then lost nothing
+            while all(_alive(pid) for pid in pids):
+                assert time.monotonic() < deadline, "no waiting task's process died with its node"
+                time.sleep(0.1)
             release.touch()  # the tasks left may finish now
 
     monkeypatch.setenv("DETRUN_NODE_LOSS_GRACE_S", "3")
