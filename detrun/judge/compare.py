@@ -391,9 +391,9 @@ class _GroupJudge:
     """Judges the groups of one request along one axis; records up to max_details mismatches. Under a bound
     claim it measures every pair of distinct results of each group besides (measured)."""
 
-    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, max_details: int,
-                 words: Optional[_PairWords] = None):
-        self.result, self.blobs, self.words = result, blobs, words or _PairWords()
+    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, words: _PairWords,
+                 max_details: int):
+        self.result, self.blobs, self.words = result, blobs, words
         self.axis, self.request = axis, request
         self.causes: Dict[str, str] = {}  # explaining field -> first example ("512 vs 8192")
         self.left = max_details
@@ -755,7 +755,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
             groups, nrows, _ = per_axis[axis]
             dropped = _dropped(axis)
             judged_rows = judged_sets[axis]
-            judge = _GroupJudge(result, request, axis, blobs, max_details, words)
+            judge = _GroupJudge(result, request, axis, blobs, words, max_details)
             members: Dict[tuple, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged_rows:

@@ -34,22 +34,24 @@ log = logging.getLogger(__name__)
 _WORD = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _signed(c: int) -> int:
+def as_int64(c: int) -> int:
+    """An unsigned 64-bit constant as the int64 of the same bits (torch has no uint64 arithmetic)."""
     return c - (1 << 64) if c >= 1 << 63 else c
 
 
 
-def _srl(x: torch.Tensor, n: int) -> torch.Tensor:
+def srl(x: torch.Tensor, n: int) -> torch.Tensor:
+    """Logical shift right of int64 words."""
     return (x >> n) & ((1 << (64 - n)) - 1)
 
 
 def mix(x: torch.Tensor) -> torch.Tensor:
     """splitmix64's finaliser on int64 tensors (wrapping, logical shifts)."""
-    x = x ^ _srl(x, 30)
-    x = x * _signed(C1)
-    x = x ^ _srl(x, 27)
-    x = x * _signed(C2)
-    return x ^ _srl(x, 31)
+    x = x ^ srl(x, 30)
+    x = x * as_int64(C1)
+    x = x ^ srl(x, 27)
+    x = x * as_int64(C2)
+    return x ^ srl(x, 31)
 
 
 def words(t: torch.Tensor) -> torch.Tensor:
@@ -73,7 +75,7 @@ def torch_lanes(flat: torch.Tensor, counts: Sequence[int]) -> torch.Tensor:
         idx -= torch.repeat_interleave(ends[:-1], sizes)
     lanes = []
     for salt in SALTS:
-        h = mix(w ^ mix(idx + _signed(salt)))
+        h = mix(w ^ mix(idx + as_int64(salt)))
         if len(counts) == 1:
             lanes.append(h.sum().reshape(1))
         else:

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ..spec.model import JobSpec
-from .digest import _signed, _srl, mix
+from .digest import as_int64, mix, srl
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -43,7 +43,7 @@ def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torc
     return ((bits - 0x8000).to(torch.float32) / 8192).to(dtype).reshape(shape)
 
 
-_GOLDEN = _signed(0x9E3779B97F4A7C15)  # splitmix64's increment: element i's state is seed + i * _GOLDEN
+_GOLDEN = as_int64(0x9E3779B97F4A7C15)  # splitmix64's increment: element i's state is seed + i * _GOLDEN
 
 
 def counter_values(seed: int, shape: Tuple[int, ...], device) -> torch.Tensor:
@@ -52,7 +52,7 @@ def counter_values(seed: int, shape: Tuple[int, ...], device) -> torch.Tensor:
     within +-3). Integer arithmetic and an exact conversion: the same bits on any device."""
     state = torch.arange(math.prod(shape), device=device, dtype=torch.int64) * _GOLDEN + seed
     h = mix(state)
-    total = (h & 0xFFFF) + (_srl(h, 16) & 0xFFFF) + (_srl(h, 32) & 0xFFFF)
+    total = (h & 0xFFFF) + (srl(h, 16) & 0xFFFF) + (srl(h, 32) & 0xFFFF)
     return ((2 * total - 3 * 0xFFFF).to(torch.float32) * 2.0**-16).reshape(shape)
 
 
@@ -92,14 +92,20 @@ class Draws:
 
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)
-        if key not in self.cache and self.spec.draws == "counter":
-            seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
-            self.cache[key] = counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
-        elif key not in self.cache:
-            started = self.ahead.pop(key, None)
-            host = started.result() if started is not None else self._host(kind, name, n, heads)
-            self.cache[key] = host.to(self.device)
+        if key not in self.cache:
+            self.cache[key] = (self._counter(kind, name, n, heads) if self.spec.draws == "counter" else
+                               self._taken(kind, name, n, heads).to(self.device))
         return self.cache[key]
+
+    def _taken(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+        """The CPU draw of a set: from its thread when started there, else drawn now."""
+        started = self.ahead.pop((kind, name), None)
+        return started.result() if started is not None else self._host(kind, name, n, heads)
+
+    def _counter(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+        """A set made on the device (draws: counter), in the spec's dtype."""
+        seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
+        return counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
 
     def close(self) -> None:
         """Stop the threads (sets started and not taken are dropped)."""
