@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytest_plugins = ["tests.quick_exit"]  # no interpreter teardown once pytest is done (quick_exit.py)
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1")
 # A runtime_env Ray cannot build fails at the first attempt (Ray's default tries 3 times, ~15 s each on 2 cores;
