@@ -167,6 +167,27 @@ def test_audit_coverage_is_counted_per_plan_with_the_reason(store):
     assert list(one.items) == [f"profiled: path paged plan {plan} (first in mixed/eager)"]
 
 
+def test_an_unaudited_plan_of_a_shared_profiling_names_the_task_it_fell_to(store):
+    """Two tasks per slot (repeats_per_task: 1) share the profiling: a plan none recorded names the task whose
+    share it was (spec.matrix.profiled_by), the task that ran the profiling of each of the others' plans."""
+    from detrun.spec.matrix import share_of
+
+    data = small(repeats=2, repeats_per_task=1, modes=["eager"], reference={"variant": "split_kv", "kv_tile": 4})
+    run_inline(store, data, "shared")
+    first = {}  # (path, plan) -> the case that met it first in the task profiling it (the repeat share_of gives)
+
+    def profile(r):
+        plan = (r["path"], r["plan"])
+        mine = r["repeat"] == share_of(plan, 2) and first.setdefault(plan, r["case"]) == r["case"]
+        r.update(backend="flashinfer", kernels=[PAGED_KERNEL] * (mine and r["case"] != "mixed"))
+    rewrite_rows(store, "shared", profile)
+    (gap,) = judge(compare_runs(store, ["shared"])).of("not_audited")
+    (plan,) = [plan for plan, case in first.items() if case == "mixed"]
+    task = share_of(plan, 2)
+    assert gap.title == ("1 plans not audited: no kernels recorded (profile_repeats: 1); its slot's tasks share the "
+                         f"profiling: the task of repeats {task}-{task} profiles it")
+
+
 def test_known_bug_cells_that_ran_are_compared_not_unchecked(store):
     run_inline(store, small(repeats=2, modes=["eager"]), "gated")
 

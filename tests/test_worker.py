@@ -226,7 +226,7 @@ def test_a_worker_profiles_its_share_of_the_plans_in_its_first_repeat(store):
 
     import pyarrow.dataset as ds
 
-    from detrun.kernels.backends.profiling import share_of
+    from detrun.spec.matrix import share_of
     from tests.helpers import run_inline
 
     run_inline(store, small(backend="sdpa", modes=["eager"], repeats=4, repeats_per_task=2), "shared")

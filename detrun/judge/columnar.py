@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -128,7 +128,7 @@ def _decoded(column: pa.ChunkedArray) -> list:
 
 
 class _Row(dict):
-    def __init__(self, cols: "Columns", index: int, fields: dict):
+    def __init__(self, cols: "Columns", index: int, fields: Iterable[Tuple[str, object]]):
         super().__init__(fields)
         self.cols, self.index = cols, index
 
@@ -213,7 +213,7 @@ class Columns:
             chunk = self.table.slice(int(self.starts[f]), int(self.starts[f + 1] - self.starts[f]))
             taken = chunk.take(pa.array(local - self.starts[f]))
             columns = [_decoded(taken.column(i)) for i in range(taken.num_columns)]
-            out.update((int(i), _Row(self, int(i), dict(zip(names, r)))) for i, r in zip(local, zip(*columns)))
+            out.update((int(i), _Row(self, int(i), zip(names, r))) for i, r in zip(local, zip(*columns)))
         return out
 
     def _by_file(self, wanted: Union[Sequence[int], np.ndarray]):

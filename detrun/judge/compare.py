@@ -41,7 +41,7 @@ from ..record.keys import key_parts, row_key
 from ..record.manifest import Manifest
 from ..record.plans import PLAN_UNKNOWN
 from ..record.status import Status, run_complete
-from ..spec.matrix import expected_key_array, key_layout
+from ..spec.matrix import expected_key_array, key_layout, profiled_by
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import profile_label
 from ..store.runs import RunReader
@@ -663,7 +663,7 @@ def _environment(cols: Columns) -> Dict[str, Dict[str, object]]:
 def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     """Which backends ran (backend attn of the ok rows), and the kernel-audit coverage of the flashinfer
     rows: every (run, path, plan) needs one row whose kernels were recorded and audited (a task profiles
-    each distinct plan once, under whichever case and mode met it first)."""
+    each distinct plan once, under whichever case and mode met it first; a slot's tasks share them out)."""
     if not len(ok):
         return
     backend, attn = cols.codes("backend")[ok], cols.codes("attn")[ok]
@@ -683,12 +683,21 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     first[group[::-1]] = rows[::-1]
     lacking = first[~audited]
     for _, r in sorted(cols.rows_in_memory(lacking).items()):
-        fi = cols.manifests[r["run_id"]]["spec"].get("flashinfer", {})
-        why = ("profile_kernels: false" if not fi.get("profile_kernels", True) else
-               f"no kernels recorded (profile_repeats: {fi.get('profile_repeats')})")
+        why = _unprofiled(spec_from_dict(cols.manifests[r["run_id"]]["spec"], r["run_id"]), r["path"], r["plan"])
         plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
         result.unaudited.append((f"{r['run_id']}: path {r['path']} plan {plan} (first in {r['case']}/{r['mode']})",
                                  why))
+
+
+def _unprofiled(spec: JobSpec, path: str, plan: str) -> str:
+    """Why no row of this (path, plan) has its kernels: profiling off, or none recorded (and, when a slot's
+    tasks share the profiling, the task whose share it was)."""
+    if not spec.flashinfer.profile_kernels:
+        return "profile_kernels: false"
+    why = f"no kernels recorded (profile_repeats: {spec.flashinfer.profile_repeats})"
+    owner = profiled_by(spec, path, plan)
+    return why + (f"; its slot's tasks share the profiling: the task of repeats {owner[0]}-{owner[-1]} profiles it"
+                  if owner else "")
 
 
 _INPUTS = ("seed", "draws")  # what picks a request's values (kernels/inputs.py), beside its name and sizes

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +62,20 @@ def profile_share(spec: JobSpec, shard: Shard) -> Tuple[int, int]:
     """(the shard's place among its GPU slot's shards, their number): each profiles its share of the plans."""
     chunks = [s.repeats for s in shards(spec, 1)]
     return (chunks.index(shard.repeats), len(chunks)) if shard.repeats in chunks else (0, 1)
+
+
+def share_of(key: Tuple[str, str], shares: int) -> int:
+    """Which of `shares` tasks profiles this (path, plan JSON): a hash every process computes alike."""
+    return int.from_bytes(hashlib.blake2b("\0".join(key).encode(), digest_size=8).digest(), "little") % shares
+
+
+def profiled_by(spec: JobSpec, path: str, plan: str) -> Optional[Tuple[int, ...]]:
+    """The repeats of the task of a slot that profiles this (path, plan JSON) when the slot's tasks share the
+    profiling (several tasks, profile_repeats set); None when each task profiles every plan it meets."""
+    chunks = [s.repeats for s in shards(spec, 1)]
+    if len(chunks) < 2 or spec.flashinfer.profile_repeats is None:
+        return None
+    return chunks[share_of((path, plan), len(chunks))]
 
 
 def shard_rows(spec: JobSpec, shard: Shard) -> Iterator[Tuple[str, Cell, str]]:

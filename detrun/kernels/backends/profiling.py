@@ -4,18 +4,13 @@ run FlashInfer (flashinfer.py, sglang.py) and the torch ones (torch_attn.py). Th
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Dict, List, Set, Tuple
 
 import torch
 
+from ...spec.matrix import share_of
 from .base import capture_and_replay
-
-
-def share_of(key: Tuple[str, str], shares: int) -> int:
-    """Which of `shares` tasks profiles this (path, plan JSON): a hash every process computes alike."""
-    return int.from_bytes(hashlib.blake2b("\0".join(key).encode(), digest_size=8).digest(), "little") % shares
 
 
 class KernelProfiling:
