@@ -115,3 +115,20 @@ def test_a_short_or_thin_gpu_steady_window_is_reported_but_not_judged():
     found = gpu_steady(together)
     assert found[1] == pytest.approx(8.0) and gpu_steady_caveat(together, found) == ""
     assert "too short" not in gpu_steady_line(together)
+
+
+def test_more_workers_than_a_gpus_tasks_is_said_before_ray_starts(capsys, tmp_path, no_ray, monkeypatch):
+    """A job of one task per GPU runs one at a time whatever DETRUN_WORKERS_PER_GPU says: submit says so (and
+    what repeats_per_task would let them share the GPU) before connecting to Ray; a job with enough says nothing."""
+    from detrun.spec.matrix import workers_note
+    from tests.helpers import cli_main, job_file
+
+    monkeypatch.setenv("DETRUN_WORKERS_PER_GPU", "2")
+    code, _, err = cli_main(capsys, "submit", job_file(tmp_path, repeats=3), "--runs-root", str(tmp_path / "r"))
+    assert code == 3 and "reached Ray" in err  # no_ray: the note came first
+    assert ("detrun: DETRUN_WORKERS_PER_GPU=2, but this job has 1 task(s) per GPU (repeats 3, repeats_per_task 3): "
+            "at most 1 run at once on a GPU; --set repeats_per_task=2 makes 2") in err
+    assert workers_note(spec_from_dict(small(repeats=3, repeats_per_task=2)), 2) == ""
+    assert workers_note(spec_from_dict(small(repeats=4)), 1) == ""
+    assert workers_note(spec_from_dict(small(repeats=1)), 4).endswith("at most 1 run at once on a GPU")
+    assert workers_note(spec_from_dict(small(repeats=3, repeats_per_task=2)), 4).endswith("repeats_per_task=1 makes 3")

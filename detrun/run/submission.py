@@ -11,6 +11,7 @@ only to submit, run or query; this module itself imports neither torch nor ray.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, replace
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ..spec.model import JobSpec
     from ..spec.versions import VersionEnv
 from .requests import SubmitRequest
+
+log = logging.getLogger(__name__)
 
 # progress(label) -> a context (open while the run runs) yielding on_progress(done, total).
 Progress = Callable[[str], ContextManager[Callable[[int, int], None]]]
@@ -141,7 +144,8 @@ def plan_job(req: SubmitRequest, run_id: str, now: Optional[float] = None) -> Jo
 
 def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submitted, Ran, Versioned]:
     """Check req, then submit it as a Ray job (http:// address) or run it here; see the module docstring."""
-    from ..spec.matrix import check_size
+    from ..envflags import driver_settings
+    from ..spec.matrix import check_size, workers_note
     from ..spec.model import load_spec
     from ..spec.versions import check_wheelhouse, environments
     from .jobs import is_jobs_address
@@ -160,6 +164,9 @@ def submit(req: SubmitRequest, progress: Progress = no_progress) -> Union[Submit
     spec = load_spec(req.spec_path, list(req.overrides)) if req.spec_path else None
     if spec and slots:  # with --gpus all, runner.submit checks once Ray says how many
         check_size(spec, slots, str(req.spec_path))
+    note = workers_note(spec, driver_settings().workers_per_gpu) if spec else ""
+    if note:  # not an error: the run is the same, only fewer tasks share a GPU than asked
+        log.warning("detrun: %s", note)
     store = RunStore(req.runs_root)
     store.check_writable("--runs-root")  # all before Ray starts
     run_id = req.resume or req.run_id or new_run_id(cast("JobSpec", spec).name)  # no --resume: a spec

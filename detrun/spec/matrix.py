@@ -78,6 +78,19 @@ def profiled_by(spec: JobSpec, path: str, plan: str) -> Optional[Tuple[int, ...]
     return chunks[share_of((path, plan), len(chunks))]
 
 
+def workers_note(spec: JobSpec, workers: int) -> str:
+    """'' or why fewer than `workers` tasks (DETRUN_WORKERS_PER_GPU) can run at once on a GPU: a GPU runs its
+    job's shards, one per repeats_per_task repeats; with what would let them."""
+    tasks = len(shards(spec, 1))
+    if workers <= tasks:
+        return ""
+    per = -(-spec.repeats // workers)
+    note = (f"DETRUN_WORKERS_PER_GPU={workers}, but this job has {tasks} task(s) per GPU (repeats {spec.repeats}, "
+            f"repeats_per_task {spec.repeats_per_task or spec.repeats}): at most {tasks} run at once on a GPU")
+    more = -(-spec.repeats // per)
+    return note + (f"; --set repeats_per_task={per} makes {more}" if more > tasks else "")
+
+
 def shard_rows(spec: JobSpec, shard: Shard) -> Iterator[Tuple[str, Cell, str]]:
     """(key, cell, request) of every row one shard must write."""
     for cell in cells_for(spec, shard.repeats):
