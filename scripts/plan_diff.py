@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from detrun.judge.compare import plan_differences
+from detrun.judge.explain import plan_differences
 from detrun.store.runs import RunStore
 
 CELL = ("case", "request", "mode", "repeat", "slot")

@@ -12,7 +12,8 @@ import pytest
 
 from detrun.judge import columnar
 from detrun.judge.columnar import read_columns
-from detrun.judge.compare import AXES, ENV_FIELDS, PLAN_COLUMNS, compare_runs, plan_fields
+from detrun.judge.compare import AXES, compare_runs
+from detrun.judge.explain import ENV_FIELDS, PLAN_COLUMNS, plan_fields
 from detrun.judge.history import history
 from detrun.spec.matrix import expected_keys
 from detrun.spec.model import spec_from_dict
@@ -200,7 +201,7 @@ def test_a_compare_without_room_for_kept_files_is_the_same(explained, monkeypatc
 def test_pair_words_are_the_plain_answers_for_rows_of_the_same_signatures():
     """The compare works out explain, label and cause once per pair of signatures (plan columns, plan,
     environment): rows that differ elsewhere (case, key, digests) get what the plain functions give them."""
-    from detrun.judge.compare import _PairWords, cause, explain, label
+    from detrun.judge.explain import PairWords, cause, explain, label
     from detrun.record.rows import make_row
 
     def row(key, plan, **more):
@@ -210,7 +211,7 @@ def test_pair_words_are_the_plain_answers_for_rows_of_the_same_signatures():
     a, b = row("a", {"kv_chunk_size": 128}), row("b", {"kv_chunk_size": 256})
     twins = [row("c", {"kv_chunk_size": 128}), row("d", {"kv_chunk_size": 256}, sm_count=0)]
     other_env = row("e", {"kv_chunk_size": 128}, torch="2.11")  # another signature: worked out anew
-    words = _PairWords()
+    words = PairWords()
     for x, y in [(a, b), *zip(twins, [b, a]), (other_env, b), (a, other_env)]:
         for axis in ("batch", "version", "backend", "phase"):
             assert words.label(x, y, axis) == label(x, y, axis)

@@ -26,8 +26,7 @@ import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
-from types import MappingProxyType
+from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,28 +35,25 @@ import pyarrow.compute as pc
 
 from ..envflags import USE_PAGED_FLAG, use_paged_of
 from ..errors import DetrunError
-from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences, fingerprint_fields
+from ..record.fingerprint import fingerprint_fields
 from ..record.keys import key_parts, row_key
-from ..record.manifest import Manifest
 from ..record.plans import PLAN_UNKNOWN
 from ..record.status import Status, run_complete
 from ..spec.matrix import expected_key_array, key_layout, profiled_by
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import profile_label
 from ..store.runs import RunReader
+from .blobs import Blobs, ident
 from .claims import CROSS_RUN, Claims, claims_of
 from .columnar import Columns, combine, densify, mixed_radix, read_columns
-from .diffstats import DiffStats, diff_stats
+from .diffstats import DiffStats
+from .explain import ENV_FIELDS, MODEL, PLAN_COLUMNS, SGLANG, PairWords, unknown_plan
 from .tolerance import Measured, Numbers, further
 from .wiring import wiring_problems
 
 AXES: Dict[str, str] = {"repeat": "repeat", "gpu": "slot", "mode": "mode", "batch": "case", "phase": "phase",
                         "run": "run_id", "backend": "backend", "version": "version"}
-PLAN_EXPLAINS_NOT = ("backend",)  # axes along which no plan field explains a difference (module docstring)
-ENV_EXPLAINS_NOT = {"version": ("torch", "flashinfer", "sglang")}  # axis -> environment fields that do not
 LAST = "phase"  # the axis compared on the last query token's digests
-ENV_FIELDS = FINGERPRINT_FIELDS
-PLAN_COLUMNS = ("backend", "attn", "path")
 
 
 @dataclass
@@ -116,206 +112,6 @@ class Comparison:
     profiles: List[str] = field(default_factory=list)  # the runs' SGLang profiles (spec/sglang.py)
     uncompared: Dict[str, str] = field(default_factory=dict)  # claimed axis with no group -> why nothing met
     environment: Dict[str, Dict[str, object]] = field(default_factory=dict)  # fingerprint -> its fields (all rows)
-
-
-MODEL, SGLANG = "flashinfer", "sglang"  # detrun's model of SGLang, and SGLang's own backend
-SGLANG_ONLY = "sglang."  # plan keys only SGLang's rows record (sglang.use_ragged)
-
-
-def model_pair(a: dict, b: dict) -> bool:
-    """A row of detrun's model beside a row of SGLang's own backend: their backend names, SGLang's own plan keys
-    and the SGLang version explain nothing between them (the model claims to be that SGLang)."""
-    return {a["backend"], b["backend"]} == {MODEL, SGLANG}
-
-
-@lru_cache(maxsize=4096)
-def plan_fields(plan: str) -> Mapping[str, object]:
-    """A row's plan JSON as a read-only mapping, parsed once per distinct string (a compare meets a few plans
-    in thousands of rows)."""
-    return MappingProxyType(json.loads(plan or "{}"))
-
-
-def plan_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
-    """(field, a, b) for each recorded plan field that differs: backend, attn, path, then the plan JSON."""
-    pair = model_pair(a, b)
-    names = [n for n in PLAN_COLUMNS if not (pair and n == "backend")]
-    diffs = [(name, a[name], b[name]) for name in names if a[name] != b[name]]
-    pa, pb = plan_fields(a["plan"]), plan_fields(b["plan"])
-    keys = sorted(k for k in set(pa) | set(pb) if not (pair and k.startswith(SGLANG_ONLY)))
-    diffs += [(k, pa.get(k), pb.get(k)) for k in keys if pa.get(k) != pb.get(k)]
-    return diffs
-
-
-def env_differences(a: dict, b: dict) -> List[Tuple[str, object, object]]:
-    """field_differences, less the SGLang version between a model row and an SGLang row."""
-    pair = model_pair(a, b)
-    return [d for d in field_differences(a, b) if not (pair and d[0] == "sglang")]
-
-
-def explain(a: dict, b: dict) -> List[str]:
-    """What differs between the two rows' recorded plans, paths and environments."""
-    plan = [(k if k in PLAN_COLUMNS else f"plan.{k}", x, y) for k, x, y in plan_differences(a, b)]
-    why = [f"{k}: {x} vs {y}" for k, x, y in plan + env_differences(a, b)]
-    if why:
-        return why
-    unknown = unknown_plan(a)
-    return [f"unexplained: same path and environment, plans unknown ({unknown})" if unknown
-            else "unexplained: same plan, path and environment"]
-
-
-def cause(a: dict, b: dict, axis: str = "") -> Optional[Tuple[str, str, str]]:
-    """(plan | environment, field, "a vs b") of the first differing plan field, else environment field, of those
-    that explain a difference along axis (PLAN_EXPLAINS_NOT, ENV_EXPLAINS_NOT)."""
-    plan = [] if axis in PLAN_EXPLAINS_NOT else plan_differences(a, b)
-    env = [d for d in env_differences(a, b) if d[0] not in ENV_EXPLAINS_NOT.get(axis, ())]
-    for kind, diffs in (("plan", plan), ("environment", env)):
-        if diffs:
-            name, x, y = diffs[0]
-            return kind, name, f"{x} vs {y}"
-    return None
-
-
-def model_differs(a: dict, b: dict) -> str:
-    """Why a model row and an SGLang row that differ are a finding ("" when they are not such a pair, or their
-    plans differ in a field other than the path): the same path and plan, or another path for one cell."""
-    if not model_pair(a, b):
-        return ""
-    version = a["sglang"] or b["sglang"]
-    diffs = plan_differences(a, b)
-    if not diffs:
-        return f"model differs from SGLang {version}: same path and plan"
-    if diffs[0][0] == "path":
-        model, own = (a, b) if a["backend"] == MODEL else (b, a)
-        return f"model differs from SGLang {version}: the model took path {model['path']}, SGLang ran {own['path']}"
-    return ""
-
-
-def unknown_plan(r: dict) -> str:
-    """Why the row's plan (or its prefix wrapper's) could not be read; "" when it was."""
-    plan = plan_fields(r["plan"])
-    return "; ".join(str(v) for k, v in plan.items() if k.rpartition(".")[2] == PLAN_UNKNOWN)
-
-
-def label(a: dict, b: dict, axis: str = "") -> str:
-    """Why two rows may differ along axis: the first differing plan field, else environment field, that explains
-    there (cause), else unexplained. A plan detrun could not read explains nothing, and cannot be taken as equal
-    either. A model row and an SGLang row on the same path and plan (or on different paths) are never explained
-    (model_differs)."""
-    unknown = unknown_plan(a) or unknown_plan(b)
-    if unknown:
-        return f"unexplained (plan unknown: {unknown})"
-    model = model_differs(a, b)
-    if model:
-        return f"unexplained: {model}"
-    found = cause(a, b, axis)
-    if found:
-        return f"explained by {found[0]}: {found[1]}"
-    silent = cause(a, b)
-    return f"unexplained: {silent[1]} explains nothing across {axis}" if silent else "unexplained"
-
-
-def _signature(r: dict) -> tuple:
-    return tuple(r[c] for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS)
-
-
-def _either_unknown(a: dict, b: dict) -> bool:
-    return bool(unknown_plan(a) or unknown_plan(b))
-
-
-class _PairWords:
-    """explain, label and cause of two rows, worked out once per distinct pair of signatures (each a function of
-    the rows' plan columns, plan and environment alone): a compare meets a few plans in thousands of groups."""
-
-    def __init__(self) -> None:
-        self.memo: Dict[tuple, object] = {}
-        self.signatures: Dict[int, tuple] = {}  # id of a row (alive for the whole compare) -> its signature
-
-    def signature(self, r: dict) -> tuple:
-        sig = self.signatures.get(id(r))
-        if sig is None:
-            sig = self.signatures[id(r)] = _signature(r)
-        return sig
-
-    def _once(self, fn, a: dict, b: dict, *args):
-        key = (fn, self.signature(a), self.signature(b), args)
-        if key not in self.memo:
-            self.memo[key] = fn(a, b, *args)
-        return self.memo[key]
-
-    def explain(self, a: dict, b: dict) -> List[str]:
-        return self._once(explain, a, b)
-
-    def label(self, a: dict, b: dict, axis: str) -> str:
-        return self._once(label, a, b, axis)
-
-    def cause(self, a: dict, b: dict, axis: str) -> Optional[Tuple[str, str, str]]:
-        return self._once(cause, a, b, axis)
-
-    def either_unknown(self, a: dict, b: dict) -> bool:
-        return self._once(_either_unknown, a, b)
-
-
-def _ident(r: dict, last: bool = False) -> Tuple[str, str]:
-    """The digests two rows must share: the whole output and LSE, or (last) their last query token's."""
-    pre = "last_" if last else ""
-    return r[f"{pre}out_digest"], r[f"{pre}lse_digest"]
-
-
-_CACHED = 256 << 20  # bytes of blobs kept between the pairs of a group (a bound claim compares each with each)
-
-
-class _Blobs:
-    def __init__(self, store: RunReader, runs: Sequence[str], manifests: Dict[str, Manifest]):
-        self.store, self.runs, self.manifests = store, list(runs), manifests
-        self._raw: Dict[str, Optional[bytes]] = {}
-        self._held = 0  # bytes in _raw
-        self._stats: Dict[tuple, Numbers] = {}
-
-    def _read(self, digest: str) -> Optional[bytes]:
-        if digest not in self._raw:
-            if self._held > _CACHED:
-                self._raw.clear()
-                self._held = 0
-            self._raw[digest] = raw = self.store.read_blob(self.runs, digest)
-            self._held += len(raw or b"")
-        return self._raw[digest]
-
-    def _tensor(self, r: dict, which: str, last: bool) -> Tuple[Optional[bytes], list]:
-        """A row's stored bytes and shape; with last, only its last row (the last query token)."""
-        raw, shape = self._read(r[f"{which}_digest"]), list(r[f"{which}_shape"] or [])
-        if raw is None or not last or not shape or not shape[0]:
-            return raw, shape
-        return raw[len(raw) - len(raw) // shape[0]:], [1, *shape[1:]]
-
-    def _absent(self, r: dict, which: str) -> str:
-        """Why a row's tensor has no bytes: its run stores none, or the blob of its digest is missing."""
-        spec = self.manifests[r["run_id"]]["spec"]
-        if spec.get("store_tensors", True) is False:
-            return f"run {r['run_id']} stores no tensors (store_tensors: false)"
-        return f"blob {r[f'{which}_digest'] or '(no digest)'} missing under {self.store.blob_home([r['run_id']])}"
-
-    def stats(self, a: dict, b: dict, which: str, last: bool = False) -> Numbers:
-        """The two rows' diff numbers; None when their digests are equal; else why there are no numbers.
-        Asked again for the same two tensors, the first answer."""
-        one, other = _ident(a, last)[which == "lse"], _ident(b, last)[which == "lse"]
-        if one == other:
-            return None
-        key = (a[f"{which}_digest"], b[f"{which}_digest"], which, last)
-        if key not in self._stats:
-            self._stats[key] = self._numbers(a, b, which, last)
-        return self._stats[key]
-
-    def _numbers(self, a: dict, b: dict, which: str, last: bool) -> Numbers:
-        (raw_a, shape_a), (raw_b, shape_b) = self._tensor(a, which, last), self._tensor(b, which, last)
-        if raw_a is None or raw_b is None:
-            absent = [self._absent(r, which) for r, raw in ((a, raw_a), (b, raw_b)) if raw is None]
-            return f"no numbers: {'; '.join(dict.fromkeys(absent))}"
-        if shape_a != shape_b:
-            return f"no numbers: shapes differ ({shape_a} vs {shape_b})"
-        try:
-            return diff_stats(raw_a, raw_b, a[f"{which}_dtype"], shape_a)
-        except ValueError as exc:  # a blob whose bytes do not fit its dtype and shape
-            return f"no numbers: {exc}"
 
 
 def _lookup(values: List, table: Dict, codes: np.ndarray) -> np.ndarray:
@@ -391,7 +187,7 @@ class _GroupJudge:
     """Judges the groups of one request along one axis; records up to max_details mismatches. Under a bound
     claim it measures every pair of distinct results of each group besides (measured)."""
 
-    def __init__(self, result: Comparison, request: str, axis: str, blobs: _Blobs, words: _PairWords,
+    def __init__(self, result: Comparison, request: str, axis: str, blobs: Blobs, words: PairWords,
                  max_details: int):
         self.result, self.blobs, self.words = result, blobs, words
         self.axis, self.request = axis, request
@@ -417,7 +213,7 @@ class _GroupJudge:
         """Each two distinct results of the group, their outputs measured against the bound."""
         distinct: Dict[Tuple[str, str], dict] = {}
         for r in members:
-            distinct.setdefault(_ident(r, self.last), r)
+            distinct.setdefault(ident(r, self.last), r)
         reps, measured = list(distinct.values()), self.measured
         assert measured is not None
         for i, a in enumerate(reps):
@@ -440,15 +236,15 @@ class _GroupJudge:
             by_plan[words.signature(r)].append(r)
         unexplained = explained = False
         for same in by_plan.values():  # same plan, path and environment: must be bitwise equal
-            seen = {_ident(same[0], self.last)}
+            seen = {ident(same[0], self.last)}
             for r in same[1:]:
-                if _ident(r, self.last) not in seen:
-                    seen.add(_ident(r, self.last))
+                if ident(r, self.last) not in seen:
+                    seen.add(ident(r, self.last))
                     unexplained = True
                     self._record(same[0], r, words.explain(same[0], r), words.label(same[0], r, self.axis))
         reps = [same[0] for same in by_plan.values()]
         for r in reps[1:]:  # plans differ: a difference is explained (unless a plan is unknown), an equality noted
-            if _ident(r, self.last) != _ident(reps[0], self.last):
+            if ident(r, self.last) != ident(reps[0], self.last):
                 tag = words.label(reps[0], r, self.axis)
                 if tag.startswith("unexplained"):
                     unexplained = True
@@ -755,7 +551,7 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
-    blobs, words = _Blobs(cols.store, cols.runs, cols.manifests), _PairWords()
+    blobs, words = Blobs(cols.store, cols.runs, cols.manifests), PairWords()
     names = cols.dictionary("request")
     judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
     for code in sorted(np.unique(req).tolist(), key=names.__getitem__):

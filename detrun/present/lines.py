@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..judge.compare import plan_fields
+from ..judge.explain import plan_fields
 
 
 def submitted(plan, runs_root: str) -> List[str]:

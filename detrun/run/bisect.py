@@ -26,7 +26,7 @@ import yaml
 
 from ..errors import DetrunError, ExitCode
 from ..judge.claims import spec_levels
-from ..judge.compare import explain, plan_differences
+from ..judge.explain import explain, plan_differences
 from ..judge.verdict import FAIL, NOT_VERIFIED, Verdict
 from ..paths import write_output
 from ..store.manifests import new_run_id
@@ -180,7 +180,7 @@ def _cells(n: int) -> str:
 
 def changes(store: RunReader, good: str, bad: str, examples: int = 3) -> List[str]:
     """What differs between the two runs' rows of the same cell (key): bits, plan fields, path, environment
-    (compare.explain's words, grouped, with a count and the first cells), SGLang's wiring (backend sglang), cells
+    (explain.explain's words, grouped, with a count and the first cells), SGLang's wiring (backend sglang), cells
     only one run has, and the kernel names recorded per path."""
     a, b = _ok_rows(store, good), _ok_rows(store, bad)
     groups: Dict[str, List[str]] = defaultdict(list)

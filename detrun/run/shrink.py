@@ -21,7 +21,8 @@ import pyarrow.compute as pc
 import yaml
 
 from ..errors import DetrunError
-from ..judge.compare import compare_runs, explain
+from ..judge.compare import compare_runs
+from ..judge.explain import explain
 from ..judge.findings import judge
 from ..judge.verdict import FAIL
 from ..record.keys import base_request
