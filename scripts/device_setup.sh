@@ -18,7 +18,7 @@ over_budget() { (( $(budget_left) < 0 )) && echo "== $1 SKIPPED (time budget)"; 
 # .whl-next; each installs into its own SITE, wheels first, then its tarballs (Ray, a stripped flashinfer).
 DETRUN_WHL=${DETRUN_WHL:-.whl}
 SITE=/tmp/site${DETRUN_WHL#.whl}
-if [[ ! -d $SITE/flashinfer ]]; then
+if [[ -z ${DETRUN_CPU_DRY_RUN:-} && ! -d $SITE/flashinfer ]]; then  # a dry run (cpu_dry_run.sh): this machine's packages
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$DETRUN_WHL"/*.whl
   for t in "$DETRUN_WHL"/*.tar.xz; do [[ -f $t ]] && tar -C "$SITE" -xJf "$t"; done
 fi
@@ -43,7 +43,7 @@ import_times() {
     python3 -c "import time; t=time.perf_counter(); import $m; print('import $m %.2f s' % (time.perf_counter()-t))"
   done | paste -sd' ' -
 }
-if [[ ! -f $SITE/.compiled ]]; then
+if [[ -z ${DETRUN_CPU_DRY_RUN:-} && ! -f $SITE/.compiled ]]; then
   [[ -n ${DETRUN_IMPORT_TIMES:-} ]] && echo "== imports before byte-compiling, first: $(import_times)" &&
     echo "== imports before byte-compiling, again: $(import_times)"
   s=$(date +%s.%N)

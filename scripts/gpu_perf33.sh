@@ -9,13 +9,14 @@
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
 #            4 workers per GPU, runs only when named; sweep-c2: draws: counter, 2 workers); DETRUN_GPU_BUDGET_S
-#            (280): a sweep needs 75 s of it left
+#            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
+#            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DETRUN_GPU_BUDGET_S=${DETRUN_GPU_BUDGET_S:-280}
 source scripts/device_setup.sh
 echo "== installed at $(elapsed) s"
-ROOT=$PWD RR=$PWD/runs-33 old=""
+ROOT=$PWD RR=$PWD/runs-33 old="" JOB=$(realpath "${DETRUN_SWEEP_JOB:-bench/jobs/sweep10k.yaml}")
 rm -rf "$RR"
 S=("machine: host $(hostname); GPU $(nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader | head -1)"
    "  CPU $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)")
@@ -45,11 +46,11 @@ if only sweep-old; then
   s=$(date +%s.%N)
   if [[ -d .prev/detrun ]]; then
     old="the code before (.prev)"
-    (cd .prev && PYTHONPATH=$ROOT/.prev:$SITE timeout 200 python3 -m detrun.cli submit "$ROOT/bench/jobs/sweep10k.yaml" \
+    (cd .prev && PYTHONPATH=$ROOT/.prev:$SITE timeout 200 python3 -m detrun.cli submit "$JOB" \
        --run-id sweep-old --runs-root "$RR") > "$OUT/sweep-old.log" 2>&1
   else
     old="this code, 1 worker per GPU (no .prev)"
-    timeout 200 python3 -m detrun.cli submit bench/jobs/sweep10k.yaml --run-id sweep-old --runs-root "$RR" \
+    timeout 200 python3 -m detrun.cli submit "$JOB" --run-id sweep-old --runs-root "$RR" \
       > "$OUT/sweep-old.log" 2>&1
   fi
   rc=$? w=$(wall_since "$s")
@@ -66,7 +67,7 @@ sweep_new() {  # sweep_new ID WORKERS [ARGS]: bench/sweep_scale.py, N workers pe
   local left=$(budget_left)
   if (( left < 75 )); then echo "== $id SKIPPED (time budget: $left s left)"; S+=("$id: skipped (time budget)"); return; fi
   local s=$(date +%s.%N)
-  timeout "$left" python3 bench/sweep_scale.py --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" "$@" \
+  timeout "$left" python3 bench/sweep_scale.py --job "$JOB" --runs-root "$RR" --run-id "$id" --workers-per-gpu "$n" "${REF[@]}" "$@" \
     > "$OUT/$id.log" 2>&1
   local rc=$? w=$(wall_since "$s")
   echo "== $id ($n worker(s) per GPU): exit $rc, process wall $w s"
