@@ -27,7 +27,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -230,7 +230,7 @@ class _GroupJudge:
         """(an unexplained difference, an explained difference) in this group."""
         if self.measured is not None:
             self._measure(members)
-        by_plan: Dict[tuple, List[dict]] = defaultdict(list)
+        by_plan: Dict[Hashable, List[dict]] = defaultdict(list)
         words = self.words
         for r in members:
             by_plan[words.signature(r)].append(r)
@@ -527,7 +527,8 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     take = (lambda a: a) if len(ok) == cols.n else (lambda a: a[ok])  # noqa: E731
     part = {c: take(cols.codes(c)) for c in AXES.values()}
     req = take(cols.codes("request"))
-    sig, _ = combine([take(cols.codes(c)) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])
+    signatures, _ = combine([cols.codes(c) for c in PLAN_COLUMNS + ("plan",) + ENV_FIELDS])  # every row's
+    sig = take(signatures)
     judged, _ = combine([sig, take(cols.codes("out_digest")), take(cols.codes("lse_digest"))])  # plan + digests
     by_axis = dict.fromkeys(AXES, judged)
     phase = part[AXES[LAST]]
@@ -551,20 +552,22 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
     by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
-    blobs, words = Blobs(cols.store, cols.runs, cols.manifests), PairWords()
+    blobs, words = Blobs(cols.store, cols.runs, cols.manifests), PairWords(signatures.tolist())
     names = cols.dictionary("request")
     judged_sets = {axis: set(judged.tolist()) for axis, (_, _, judged) in per_axis.items()}
+    # a row's group along an axis: the codes of every other axis's column, by read-order index (judged axes only)
+    group_keys = {axis: combine([cols.codes(c) for c in AXES.values() if c not in _dropped(axis)])[0].tolist()
+                  if judged_sets[axis] else [] for axis in AXES}
     for code in sorted(np.unique(req).tolist(), key=names.__getitem__):
         request = names[code]
         for axis in AXES:
             groups, nrows, _ = per_axis[axis]
-            dropped = _dropped(axis)
-            judged_rows = judged_sets[axis]
+            judged_rows, key = judged_sets[axis], group_keys[axis]
             judge = _GroupJudge(result, request, axis, blobs, words, max_details)
-            members: Dict[tuple, List[dict]] = defaultdict(list)
+            members: Dict[int, List[dict]] = defaultdict(list)
             for i in by_request[request]:
                 if i in judged_rows:
-                    members[tuple(rows[i][c] for c in AXES.values() if c not in dropped)].append(rows[i])
+                    members[key[i]].append(rows[i])
             differing = explained_only = 0
             for group in members.values():
                 unexplained, explained = judge(group)

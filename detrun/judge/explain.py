@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 from ..record.fingerprint import FINGERPRINT_FIELDS, field_differences
 from ..record.plans import PLAN_UNKNOWN
@@ -125,11 +125,17 @@ class PairWords:
     """explain, label and cause of two rows, worked out once per distinct pair of signatures (each a function of
     the rows' plan columns, plan and environment alone): a compare meets a few plans in thousands of groups."""
 
-    def __init__(self) -> None:
+    def __init__(self, codes: Optional[Sequence[int]] = None) -> None:
+        """codes: each row's signature as a code, by the row's read-order index (`index`: the compare's rows have
+        one; compare_columns makes the codes from the columns); a row without one has its signature tuple."""
         self.memo: Dict[tuple, object] = {}
+        self.codes = codes
         self.signatures: Dict[int, tuple] = {}  # id of a row (alive for the whole compare) -> its signature
 
-    def signature(self, r: dict) -> tuple:
+    def signature(self, r: dict) -> Hashable:
+        at = getattr(r, "index", None)
+        if self.codes is not None and at is not None:
+            return self.codes[at]
         sig = self.signatures.get(id(r))
         if sig is None:
             sig = self.signatures[id(r)] = signature(r)
