@@ -114,6 +114,35 @@ def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[s
     return [(name, total[name], count[name]) for name in total]
 
 
+def critical_path(shard_timings: Dict[str, dict]) -> Optional[Tuple[str, float, List[Tuple[str, float]]]]:
+    """(shard, seconds, its segments) of the shard written last, timed from the run's first submitted task: what
+    bounds the time to a verdict, where the stage sums (breakdown) count shards that ran side by side. Segments:
+    waiting for its turn, worker start, imports, until its first steady cell (set-up and first repeat) and the
+    steady cells (or its cells, none steady), to the driver and written. None when no shard has the times."""
+    done = {}
+    for shard, t in shard_timings.items():
+        d = t.get("driver", {})
+        keys = (d.get("submitted_unix"), t.get("task_entered_unix"), t.get("returned_unix"), d.get("ready_unix"))
+        if None not in keys:
+            done[shard] = keys[3] + d.get("get_s", 0.0) + d.get("write_s", 0.0)
+    if not done:
+        return None
+    start = min(shard_timings[s]["driver"]["submitted_unix"] for s in done)
+    last = max(done, key=done.__getitem__)
+    t, d = shard_timings[last], shard_timings[last]["driver"]
+    imported = t["task_entered_unix"] + t.get("import_s", 0.0)
+    trace = t.get("steady_trace") or []
+    cells = ([("until its first steady cell", max(trace[0][0], imported)), ("steady cells", t["returned_unix"])]
+             if trace else [("its cells (none steady)", t["returned_unix"])])
+    marks = [("waiting for its turn", d["submitted_unix"]), ("worker start", t["task_entered_unix"]),
+             ("imports", imported), *cells, ("to the driver and written", done[last])]
+    segments, at = [], start
+    for name, when in marks:
+        segments.append((name, max(0.0, when - at)))
+        at = max(at, when)
+    return last, done[last] - start, segments
+
+
 def took_time(rows: List[Tuple[str, float, int]]) -> List[Tuple[str, float, int]]:
     """The rows of stages that took time (at least the 0.5 ms the table's 3 decimals show); the others
     folded into one row, last, so that the sum stays the same. BESIDE rows are not summed: one that took

@@ -186,3 +186,29 @@ def test_timings_say_why_there_is_no_steady_state_line(store, per_task, why):
     _timed_run(store, repeats=2, repeats_per_task=per_task)
     out = _timings(store)
     assert "steady state" not in out and why in out.splitlines()
+
+
+def test_the_critical_path_is_the_shard_written_last_from_the_first_submit():
+    """Two tasks on one GPU side by side (a, b) and one after a (c): the path is c's, from a's submit, each
+    segment its own stretch; a shard without steady cells has one stretch of cells; no times, no path."""
+    from detrun.run.resources import critical_path_line
+    from detrun.stages import critical_path
+
+    def shard(submit, entered, imports, steady, returned, ready, trace=True):
+        return {"driver": {"submitted_unix": submit, "ready_unix": ready, "get_s": 0.25, "write_s": 0.75},
+                "task_entered_unix": entered, "import_s": imports, "returned_unix": returned,
+                "steady_trace": [[steady, 1, 0.1], [returned, 9, 0.9]] if trace else []}
+
+    timings = {"a": shard(100.0, 101.0, 2.0, 110.0, 130.0, 130.5), "b": shard(100.0, 101.5, 2.0, 111.0, 129.0, 129.5),
+               "c": shard(131.0, 132.0, 2.0, 140.0, 150.0, 150.0)}
+    last, seconds, segments = critical_path(timings)
+    assert (last, seconds) == ("c", 51.0)
+    assert segments == [("waiting for its turn", 31.0), ("worker start", 1.0), ("imports", 2.0),
+                        ("until its first steady cell", 6.0), ("steady cells", 10.0),
+                        ("to the driver and written", 1.0)]
+    assert sum(s for _, s in segments) == seconds
+    timings["c"] = shard(131.0, 132.0, 2.0, 0.0, 150.0, 150.0, trace=False)
+    assert critical_path(timings)[2][3:] == [("its cells (none steady)", 16.0), ("to the driver and written", 1.0)]
+    assert critical_path_line(timings).startswith("critical path: shard c written 51.0 s after the first submit "
+                                                  "(waiting for its turn 31.0 s, worker start 1.0 s, imports 2.0 s,")
+    assert critical_path({"old": {"stages": {}}}) is None and critical_path_line({}) == ""

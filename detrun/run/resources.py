@@ -68,13 +68,25 @@ def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
     return line + (f"; {caveat}" if caveat else "")
 
 
+def critical_path_line(shard_timings: Dict[str, dict]) -> str:
+    """The shard written last, segment by segment from the first submit ("" without its times)."""
+    from ..stages import critical_path
+
+    found = critical_path(shard_timings)
+    if found is None:
+        return ""
+    shard, seconds, segments = found
+    parts = ", ".join(f"{name} {s:.1f} s" for name, s in segments if s >= 0.05)
+    return f"critical path: shard {shard} written {seconds:.1f} s after the first submit ({parts})"
+
+
 def run_lines(store, run_id: str) -> List[str]:
     """The lines after a run's stage table: peak memory, the JIT cache's transfers (those it recorded); with
     several workers per GPU, what a task's steady cell then holds and the GPUs' steady line."""
     from .jitcache import summary_line
 
     shards, run = store.read_timings(run_id), store.manifest(run_id).get("timings") or {}
-    lines = [memory_line(run, shards), summary_line(shards)]
+    lines = [memory_line(run, shards), summary_line(shards), critical_path_line(shards)]
     workers = run.get("workers_per_gpu", 1)
     if workers > 1:
         lines += [f"{workers} workers per GPU (DETRUN_WORKERS_PER_GPU): a task's steady cell above counts the other "
