@@ -478,8 +478,12 @@ def _ran(cols: Columns, ok: np.ndarray, result: Comparison) -> None:
     first = np.zeros(size, dtype=np.int64)
     first[group[::-1]] = rows[::-1]
     lacking = first[~audited]
+    specs: Dict[str, JobSpec] = {}  # each run's, parsed once
     for _, r in sorted(cols.rows_in_memory(lacking).items()):
-        why = _unprofiled(spec_from_dict(cols.manifests[r["run_id"]]["spec"], r["run_id"]), r["path"], r["plan"])
+        run = r["run_id"]
+        if run not in specs:
+            specs[run] = spec_from_dict(cols.manifests[run]["spec"], run)
+        why = _unprofiled(specs[run], r["path"], r["plan"])
         plan = hashlib.blake2b(r["plan"].encode(), digest_size=4).hexdigest()
         result.unaudited.append((f"{r['run_id']}: path {r['path']} plan {plan} (first in {r['case']}/{r['mode']})",
                                  why))

@@ -58,9 +58,14 @@ def shards(spec: JobSpec, gpus: int) -> List[Shard]:
     return [Shard(slot, chunk) for slot in range(gpus) for chunk in chunks]
 
 
+def slot_tasks(spec: JobSpec) -> List[Tuple[int, ...]]:
+    """The repeats of each task (shard) one GPU slot runs, in order."""
+    return [s.repeats for s in shards(spec, 1)]
+
+
 def profile_share(spec: JobSpec, shard: Shard) -> Tuple[int, int]:
     """(the shard's place among its GPU slot's shards, their number): each profiles its share of the plans."""
-    chunks = [s.repeats for s in shards(spec, 1)]
+    chunks = slot_tasks(spec)
     return (chunks.index(shard.repeats), len(chunks)) if shard.repeats in chunks else (0, 1)
 
 
@@ -72,7 +77,7 @@ def share_of(key: Tuple[str, str], shares: int) -> int:
 def profiled_by(spec: JobSpec, path: str, plan: str) -> Optional[Tuple[int, ...]]:
     """The repeats of the task of a slot that profiles this (path, plan JSON) when the slot's tasks share the
     profiling (several tasks, profile_repeats set); None when each task profiles every plan it meets."""
-    chunks = [s.repeats for s in shards(spec, 1)]
+    chunks = slot_tasks(spec)
     if len(chunks) < 2 or spec.flashinfer.profile_repeats is None:
         return None
     return chunks[share_of((path, plan), len(chunks))]
@@ -81,7 +86,7 @@ def profiled_by(spec: JobSpec, path: str, plan: str) -> Optional[Tuple[int, ...]
 def workers_note(spec: JobSpec, workers: int) -> str:
     """'' or why fewer than `workers` tasks (DETRUN_WORKERS_PER_GPU) can run at once on a GPU: a GPU runs its
     job's shards, one per repeats_per_task repeats; with what would let them."""
-    tasks = len(shards(spec, 1))
+    tasks = len(slot_tasks(spec))
     if workers <= tasks:
         return ""
     per = -(-spec.repeats // workers)
