@@ -8,7 +8,8 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, runs only when named; sweep-c2: draws: counter, 2 workers); DETRUN_GPU_BUDGET_S
+#            4 workers per GPU, and profcost, bench/profile_cost.py, run only when named; sweep-c2: draws: counter,
+#            2 workers); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
 set -uo pipefail
@@ -80,6 +81,11 @@ if only draws; then  # draws: counter on the GPU against the threaded CPU draws 
   rc=$?; cat "$OUT/draws.log"
   S+=("draws (bench/draws_bench.py --scale 0.5 --counter cuda): exit $rc" "$(sed 's/^/  /' "$OUT/draws.log")")
 fi
+if named profcost; then  # what one kernel-audit profile costs, and two cheaper ways (bench/profile_cost.py)
+  timeout 60 python3 bench/profile_cost.py > "$OUT/profcost.log" 2>&1
+  rc=$?; cat "$OUT/profcost.log"
+  S+=("profcost (bench/profile_cost.py): exit $rc" "$(sed 's/^/  /' "$OUT/profcost.log")")
+fi
 only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
@@ -95,6 +101,6 @@ if only bits; then  # the same keys' digests across the runs: the run axis holds
         "  $(grep -m1 '^verdict' "$OUT/bits.log")")
   fi
 fi
-tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' . 2>/dev/null
+tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' --exclude=./jit-cache . 2>/dev/null
 S+=("total $(elapsed) s")
 printf '%s\n' "== summary (issue 33)" "${S[@]}" | tee "$OUT/summary.txt"

@@ -1,0 +1,116 @@
+"""What one kernel-audit profile costs a task (profiling.py's `_kernels`: ~19 ms a plan in the sweep's first
+repeat, 246 plans), split into the profiler's start, the run, its stop and reading the kernel names, and
+two cheaper ways measured beside it in the same process:
+
+    python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048]
+
+- `now`: a session per cell, names from `prof.events()` (what profiling.py does);
+- `raw`: a session per cell, names from the profiler's kineto results (no FunctionEvent tree);
+- `one`: one session for every cell, the cells told apart by marker kernels in GPU time order.
+Each way must find the same kernel names per cell (checked). A cell is `--kernels` matmuls of `--size`.
+Needs CUDA. Prints milliseconds per cell and the ratios of this one run.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+def cell(a, n):
+    for _ in range(n):
+        a = (a @ a).tanh_()  # two kernels: the GEMM and the elementwise tanh
+    return a
+
+
+def names_events(prof):
+    return sorted({e.name for e in prof.events() if str(e.device_type).endswith("CUDA")})
+
+
+def names_raw(prof):
+    return sorted({e.name() for e in prof.profiler.kineto_results.events() if str(e.device_type()).endswith("CUDA")})
+
+
+def per_cell(a, n, cells, reader):
+    """[(start, run, stop, read) ms] of a session per cell; and the names of the last."""
+    times, names = [], []
+    for _ in range(cells):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        p = profile(activities=[ProfilerActivity.CUDA])
+        p.__enter__()
+        t1 = time.perf_counter()
+        cell(a, n)
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        p.__exit__(None, None, None)
+        t3 = time.perf_counter()
+        names = reader(p)
+        t4 = time.perf_counter()
+        times.append([1e3 * x for x in (t1 - t0, t2 - t1, t3 - t2, t4 - t3)])
+    return times, names
+
+
+def one_session(a, n, cells):
+    """(ms per cell, names of each cell, the marker's name) with one session: a marker kernel
+    (torch.cuda._sleep, which no cell launches) before each cell, the kernels split by GPU start time."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(cells):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(1)  # the marker: a kernel no cell launches
+            cell(a, n)
+            torch.cuda.synchronize()
+    kernels = sorted((e.start_ns(), e.name()) for e in p.profiler.kineto_results.events()
+                     if str(e.device_type()).endswith("CUDA"))
+    groups, mark = [], None
+    for _, name in kernels:
+        if "sleep" in name.lower() or "spin" in name.lower():
+            mark = name
+            groups.append(set())
+        elif groups:
+            groups[-1].add(name)
+    ms = 1e3 * (time.perf_counter() - t0) / cells
+    return ms, [sorted(g) for g in groups], mark
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", type=int, default=60)
+    ap.add_argument("--kernels", type=int, default=4, help="matmul + tanh pairs per cell")
+    ap.add_argument("--size", type=int, default=2048)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("profile_cost.py: needs CUDA (it times torch.profiler's CUDA activity)", file=sys.stderr)
+        sys.exit(2)
+    a = torch.randn(args.size, args.size, device="cuda") / args.size ** 0.5
+    per_cell(a, args.kernels, 3, names_events)  # warm-up: CUPTI and the kernels
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(args.cells):
+        cell(a, args.kernels)
+    torch.cuda.synchronize()
+    bare = 1e3 * (time.perf_counter() - t) / args.cells
+    rows = {}
+    for way, reader in (("now", names_events), ("raw", names_raw)):
+        times, names = per_cell(a, args.kernels, args.cells, reader)
+        med = [statistics.median(col) for col in zip(*times)]
+        rows[way] = (sum(med), names)
+        print(f"{way}: {sum(med):.2f} ms per cell (start {med[0]:.2f}, run {med[1]:.2f}, stop {med[2]:.2f}, "
+              f"read names {med[3]:.2f}); {len(names)} kernel names")
+    ms, groups, mark = one_session(a, args.kernels, args.cells)
+    same = len(groups) == args.cells and all(g == rows["now"][1] for g in groups)
+    print(f"one: {ms:.2f} ms per cell in one session (marker {mark!r}, {len(groups)} cells told apart); "
+          f"same names per cell as `now`: {same}")
+    print(f"bare cell {bare:.2f} ms; profile cost over the bare cell: now {rows['now'][0] - bare:.2f} ms, "
+          f"raw {rows['raw'][0] - bare:.2f} ms, one {ms - bare:.2f} ms; "
+          f"raw/now {rows['raw'][0] / rows['now'][0]:.2f}x, one/now {ms / rows['now'][0]:.2f}x; "
+          f"names equal now vs raw: {rows['now'][1] == rows['raw'][1]}")
+
+
+if __name__ == "__main__":
+    main()
