@@ -1,6 +1,6 @@
-"""What one kernel-audit profile costs a task (profiling.py's `_kernels`: ~19 ms a plan in the sweep's first
-repeat, 246 plans), split into the profiler's start, the run, its stop and reading the kernel names, and
-two cheaper ways measured beside it in the same process:
+"""What one kernel-audit profile costs a task (profiling.py's `_kernels`: 17.5-19.4 ms a plan in the sweep's
+first repeat on two H200s, 246 plans), split into the profiler's start, the run, its stop and reading the
+kernel names, and two cheaper ways measured beside it in the same process:
 
     python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048]
 
@@ -15,6 +15,7 @@ import argparse
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -87,6 +88,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("profile_cost.py: needs CUDA (it times torch.profiler's CUDA activity)", file=sys.stderr)
         sys.exit(2)
+    # torch.profiler's note that a session's events are cleared at its end: each way reads them before that
+    warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
     a = torch.randn(args.size, args.size, device="cuda") / args.size ** 0.5
     per_cell(a, args.kernels, 3, names_events)  # warm-up: CUPTI and the kernels
     torch.cuda.synchronize()

@@ -76,16 +76,16 @@ sweep_new() {  # sweep_new ID WORKERS [ARGS]: bench/sweep_scale.py, N workers pe
   S+=("sweep $id, $n worker(s) per GPU${*:+ ($*)}: exit $rc, process wall $w s; $(grep -m1 '^time to verdict:' "$OUT/$id.log")"
       "  $(grep -m1 '^GPU steady' "$OUT/$id.log")" "  $(grep -m1 '^reference' "$OUT/$id.log")")
 }
-if only draws; then  # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
-  timeout 120 python3 bench/draws_bench.py --scale 0.5 --counter cuda > "$OUT/draws.log" 2>&1
-  rc=$?; cat "$OUT/draws.log"
-  S+=("draws (bench/draws_bench.py --scale 0.5 --counter cuda): exit $rc" "$(sed 's/^/  /' "$OUT/draws.log")")
-fi
-if named profcost; then  # what one kernel-audit profile costs, and two cheaper ways (bench/profile_cost.py)
-  timeout 60 python3 bench/profile_cost.py > "$OUT/profcost.log" 2>&1
-  rc=$?; cat "$OUT/profcost.log"
-  S+=("profcost (bench/profile_cost.py): exit $rc" "$(sed 's/^/  /' "$OUT/profcost.log")")
-fi
+bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OUT/ID.log, printed and in the summary
+  local id=$1 limit=$2; shift 2
+  timeout "$limit" python3 "$@" > "$OUT/$id.log" 2>&1
+  local rc=$?; cat "$OUT/$id.log"
+  S+=("$id ($*): exit $rc" "$(sed 's/^/  /' "$OUT/$id.log")")
+}
+# draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
+only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
+# what one kernel-audit profile costs, and two cheaper ways
+named profcost && bench_step profcost 60 bench/profile_cost.py
 only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
