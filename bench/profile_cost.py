@@ -6,7 +6,8 @@ kernel names, and two cheaper ways measured beside it in the same process:
 
 - `now`: a session per cell, names from `prof.events()` (what profiling.py does);
 - `raw`: a session per cell, names from the profiler's kineto results (no FunctionEvent tree);
-- `one`: one session for every cell, the cells told apart by marker kernels in GPU time order.
+- `one`: one session for every cell, the cells told apart by marker kernels on their stream
+  (detrun/kernels/backends/kernel_session.py, what the FlashInfer backend does since 2026-12-06).
 Each way must find the same kernel names per cell (checked). A cell is `--kernels` matmuls of `--size`.
 Needs CUDA. Prints milliseconds per cell and the ratios of this one run.
 """
@@ -56,27 +57,20 @@ def per_cell(a, n, cells, reader):
 
 
 def one_session(a, n, cells):
-    """(ms per cell, names of each cell, the marker's name) with one session: a marker kernel
-    (torch.cuda._sleep, which no cell launches) before each cell, the kernels split by GPU start time."""
+    """(ms per cell, names of each cell, the marker's name) with one session as the FlashInfer backend keeps it
+    (kernel_session.py): a marker kernel before and after each cell on its stream, no wait between cells."""
+    from detrun.kernels.backends.kernel_session import MARKER, ProfileSession
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(cells):
-            torch.cuda.synchronize()
-            torch.cuda._sleep(1)  # the marker: a kernel no cell launches
+    session, groups = ProfileSession(torch.device("cuda")), []
+    for _ in range(cells):
+        with session.cell() as names:
             cell(a, n)
-            torch.cuda.synchronize()
-    kernels = sorted((e.start_ns(), e.name()) for e in p.profiler.kineto_results.events()
-                     if str(e.device_type()).endswith("CUDA"))
-    groups, mark = [], None
-    for _, name in kernels:
-        if "sleep" in name.lower() or "spin" in name.lower():
-            mark = name
-            groups.append(set())
-        elif groups:
-            groups[-1].add(name)
+        groups.append(names)
+    session.close()
     ms = 1e3 * (time.perf_counter() - t0) / cells
-    return ms, [sorted(g) for g in groups], mark
+    return ms, groups, MARKER
 
 
 def main() -> None:

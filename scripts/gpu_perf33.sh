@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, and profcost, bench/profile_cost.py, run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py) and hostprof (bench/cell_profile.py) run only when named; sweep-c2: draws: counter,
 #            2 workers); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
@@ -86,6 +86,8 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py
+# where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
+named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
 only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
@@ -99,6 +101,10 @@ if only bits; then  # the same keys' digests across the runs: the run axis holds
     tail -15 "$OUT/bits.log"
     S+=("bits: detrun compare ${runs[*]}: exit $rc (0: the run axis held; sweep-old: $old)"
         "  $(grep -m1 '^verdict' "$OUT/bits.log")")
+    # the kernels each plan recorded, the way before (a second run per plan) against this code's (kernel_session.py)
+    python3 scripts/kernel_diff.py "${runs[0]}" "${runs[-1]}" --runs-root "$RR" > "$OUT/kernels.log" 2>&1
+    rc=$?; cat "$OUT/kernels.log"
+    S+=("kernels: scripts/kernel_diff.py ${runs[0]} ${runs[-1]}: exit $rc" "$(sed 's/^/  /' "$OUT/kernels.log")")
   fi
 fi
 tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' --exclude=./jit-cache . 2>/dev/null

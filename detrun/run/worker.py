@@ -321,6 +321,7 @@ class ShardRunner:
         of the cell before it, so the steady cells' seconds cover the loop and all, as a run's wall does."""
         if self.since is None:
             self._mark(time.perf_counter())
+        self._profile_window(cell.repeat)
         steady = self._run_cell(cell, batches)
         now = time.perf_counter()
         if steady and self.since is not None:
@@ -329,6 +330,15 @@ class ShardRunner:
                 self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
             self.trace.cell()
         self._mark(now)
+
+    def _profile_window(self, repeat: int) -> None:
+        """The backend's profile session opens before the window's first cell and closes here, between cells,
+        past it (the device drains once), so the drain is not inside a steady cell's wall."""
+        backend = self.backend
+        if isinstance(backend, KernelProfiling) and not self.poisoned:
+            was_open = backend.session_open
+            if not backend.profile_window(repeat) and was_open:
+                self._mark(time.perf_counter())
 
     def _draw_ahead(self, batches: dict) -> None:
         """Start drawing the next DRAW_AHEAD cases' values on the CPU threads while this case's cells run: a
@@ -404,6 +414,9 @@ class ShardRunner:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
                 self._cell(cell, batches)
             self._flush()
+        if isinstance(self.backend, KernelProfiling):  # the session's kernel names, before the rows leave
+            self.backend.close_profile()
+            self.note = "; ".join(n for n in (self.note, self.backend.profile_note) if n)
         self.draws.close()
         if arm:
             faulthandler.cancel_dump_traceback_later()

@@ -68,6 +68,7 @@ DECODE_BACKEND = "fa2"  # SGLang's decode_backend (flashinfer_backend.py:130 at 
 
 class FlashInferBackend(KernelProfiling, AttentionBackend):
     name = "flashinfer"
+    one_session = True  # a profiled cell's own run is recorded (kernel_session.py), not one more run
 
     def __init__(self, spec, device, stages=None, flags=None):
         super().__init__(spec, device, stages, flags)  # use_paged first, as SGLang reads it first
@@ -323,13 +324,16 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         each (path, plan), and return the Output."""
         graph = mode == "cudagraph"
         profiled = self._profiled(repeat, path, plan)
+        again = profiled and self._session is None  # profiled by one more run (no session: profiling.py)
         # A replay's outputs are the graph's own buffers, unless the profiled run below rewrites them or the
         # worker copies them to the host after a later replay.
-        keep = profiled or self.spec.store_tensors or self.keep_outputs
-        (out, lse), timer = self._execute(run, mode, key=key, plan=graph_plan, keep=keep)
-        if profiled and not graph:  # the profiled run below writes the same buffers again
+        keep = again or self.spec.store_tensors or self.keep_outputs
+        with self._recording(profiled) as kernels:  # in the session: this run's own kernels, named at its close
+            (out, lse), timer = self._execute(run, mode, key=key, plan=graph_plan, keep=keep)
+        if again and not graph:  # the profiled run below writes the same buffers again
             out, lse = out.clone(), lse.clone()
-        kernels = self._kernels(run, graph) if profiled else []
+        if again:
+            kernels = self._kernels(run, graph)
         return Output(out=out, lse=lse, path=path, attn=attn, plan=plan, kernels=kernels,
                       plan_ms=plan_ms, timer=timer)
 
