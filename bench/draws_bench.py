@@ -1,6 +1,6 @@
 """Input draws of a job on CPU threads vs one thread: the seconds a task spends drawing its requests' values.
 
-    python bench/draws_bench.py [--job bench/jobs/sweep10k.yaml] [--scale 0.2] [--threads N] [--counter cuda]
+    python bench/draws_bench.py [--job bench/jobs/sweep10k.yaml] [--scale 0.2] [--threads N[,N...]] [--counter cuda]
 
 Each value set (a request's q, k or v, a prefix's k or v) has its own seeded CPU generator, so sets drawn
 side by side on threads have the bits of serial draws: the script checks every set's bytes. Cases are
@@ -71,16 +71,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--job", default=JOB)
     ap.add_argument("--scale", type=float, default=0.2, help="times the sweep generators' case counts")
-    ap.add_argument("--threads", type=int, default=draw_threads(), help="draw threads (default: a task's)")
+    ap.add_argument("--threads", default=str(draw_threads()),
+                    help="draw threads, or several comma-separated, each timed (default: a task's)")
     ap.add_argument("--counter", metavar="DEVICE", help="also time draws: counter on DEVICE (e.g. cuda), bits checked")
     args = ap.parse_args()
     spec = spec_from_dict(scaled(yaml.safe_load(Path(args.job).read_text()), args.scale), args.job)
     one, serial, values = draw_all(spec, 1)
-    many, threaded, _ = draw_all(spec, args.threads)
-    same = serial == threaded
     print(f"{args.job} x{args.scale}: {len(spec.cases)} cases, {len(serial)} value sets, {values / 1e9:.2f} G values")
-    print(f"one thread {one:.2f} s ({values / one / 1e9:.2f} G values/s); {args.threads} threads {many:.2f} s: "
-          f"{one / many:.2f}x; same bits: {same}")
+    same = True
+    for threads in (int(n) for n in args.threads.split(",")):
+        many, threaded, _ = draw_all(spec, threads)
+        same = same and serial == threaded
+        print(f"one thread {one:.2f} s ({values / one / 1e9:.2f} G values/s); {threads} threads {many:.2f} s: "
+              f"{one / many:.2f}x; same bits: {serial == threaded}")
     if args.counter:
         same = counter_check(spec, args.counter, many) and same
     return 0 if same else 1

@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py) and hostprof (bench/cell_profile.py) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
@@ -84,6 +84,8 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 }
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
+# the CPU draws on 8 (a task's) and 16 threads
+named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache

@@ -335,9 +335,11 @@ class ShardRunner:
         """The backend's profile session opens before the window's first cell and closes here, between cells,
         past it (the device drains once), so the drain is not inside a steady cell's wall."""
         backend = self.backend
-        if isinstance(backend, KernelProfiling) and not self.poisoned:
+        if isinstance(backend, KernelProfiling) and backend.session_ahead and not self.poisoned:
             was_open = backend.session_open
-            if not backend.profile_window(repeat) and was_open:
+            with self.stages("forward", count=False):  # its "profile" stage is one of forward's
+                inside = backend.profile_window(repeat)
+            if was_open and not inside:
                 self._mark(time.perf_counter())
 
     def _draw_ahead(self, batches: dict) -> None:
@@ -415,7 +417,8 @@ class ShardRunner:
                 self._cell(cell, batches)
             self._flush()
         if isinstance(self.backend, KernelProfiling):  # the session's kernel names, before the rows leave
-            self.backend.close_profile()
+            with self.stages("forward", count=False):
+                self.backend.close_profile()
             self.note = "; ".join(n for n in (self.note, self.backend.profile_note) if n)
         self.draws.close()
         if arm:

@@ -77,6 +77,11 @@ class KernelProfiling:
     def session_open(self) -> bool:
         return self._session is not None
 
+    @property
+    def session_ahead(self) -> bool:
+        """May a session still open or close in this task? (After its window, nothing is left to do.)"""
+        return self.one_session and not self._session_done
+
     def _recording(self, profiled: bool) -> ContextManager[List[str]]:
         """Around a profiled cell's own run in the session: the list its kernel names go into at close."""
         if not profiled or self._session is None:
