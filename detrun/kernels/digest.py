@@ -138,12 +138,27 @@ def ready() -> None:
         _warming.join()
 
 
-def _segments(t: torch.Tensor, bounds: Sequence[int], rows: Sequence[int]) -> Tuple[torch.Tensor, List[int], List[int]]:
-    """(t's flat words, then per segment its word count and word offset): the row ranges, then the single rows."""
-    row = math.prod(t.shape[1:])
+@functools.lru_cache(maxsize=4096)
+def _cut(row: int, bounds: Tuple[int, ...], rows: Tuple[int, ...]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """Per segment its word count and word offset, for rows of `row` words: cached, as every repeat of a case
+    cuts its outputs the same way."""
     counts = [(b - a) * row for a, b in zip(bounds, bounds[1:])] + [row] * len(rows)
     starts = [a * row for a in bounds[:-1]] + [r * row for r in rows]
+    return tuple(counts), tuple(starts)
+
+
+def _segments(t: torch.Tensor, bounds: Sequence[int], rows: Sequence[int]) -> Tuple[torch.Tensor, Sequence[int], Sequence[int]]:
+    """(t's flat words, then per segment its word count and word offset): the row ranges, then the single rows."""
+    counts, starts = _cut(math.prod(t.shape[1:]), tuple(bounds), tuple(rows))
     return words(t), counts, starts
+
+
+@functools.lru_cache(maxsize=4096)
+def _heads(dtype: str, tail: Tuple[int, ...], bounds: Tuple[int, ...], rows: Tuple[int, ...]) -> Tuple[str, ...]:
+    """What each segment's digest hashes before its lanes: dtype and shape (rows x the row's shape)."""
+    text = "x".join(map(str, tail))
+    sizes = [b - a for a, b in zip(bounds, bounds[1:])] + [1] * len(rows)
+    return tuple(f"{dtype}|{n}{'x' if text else ''}{text}|" for n in sizes)
 
 
 def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "",
@@ -195,10 +210,8 @@ class PendingDigests:
     def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()):
         """Digests of the row ranges [bounds[i], bounds[i+1]) of each tensor, then of each single row in
         `rows` (each the digest of that row alone, as a tensor of one row)."""
-        tails = ["x".join(map(str, t.shape[1:])) for t in tensors]
-        sizes = [b - a for a, b in zip(bounds, bounds[1:])] + [1] * len(rows)
-        self.heads = [[f"{dtype_name(t)}|{n}{'x' if tail else ''}{tail}|" for n in sizes]
-                      for t, tail in zip(tensors, tails)]
+        cut, singles = tuple(bounds), tuple(rows)
+        self.heads = [_heads(dtype_name(t), tuple(t.shape[1:]), cut, singles) for t in tensors]
         self.event = None
         if not tensors:
             self.host = torch.empty(0, 2, dtype=torch.int64)
