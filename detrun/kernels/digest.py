@@ -147,7 +147,8 @@ def _cut(row: int, bounds: Tuple[int, ...], rows: Tuple[int, ...]) -> Tuple[Tupl
     return tuple(counts), tuple(starts)
 
 
-def _segments(t: torch.Tensor, bounds: Sequence[int], rows: Sequence[int]) -> Tuple[torch.Tensor, Sequence[int], Sequence[int]]:
+def _segments(t: torch.Tensor, bounds: Sequence[int],
+              rows: Sequence[int]) -> Tuple[torch.Tensor, Sequence[int], Sequence[int]]:
     """(t's flat words, then per segment its word count and word offset): the row ranges, then the single rows."""
     counts, starts = _cut(math.prod(t.shape[1:]), tuple(bounds), tuple(rows))
     return words(t), counts, starts
