@@ -10,6 +10,7 @@ No torch here: the int workspace is read through a callable the backend passes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
@@ -71,7 +72,12 @@ def prefill_kind(backend: str) -> str:
 
 
 def layout_for(kind: str, version: Union[str, Version]) -> Optional[Layout]:
-    v = Version(str(version))
+    return _layout_for(kind, str(version))
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_for(kind: str, version: str) -> Optional[Layout]:  # read for every cell's plan: parsed once
+    v = Version(version)
     return next((layout for layout in LAYOUTS if layout.covers(kind, v)), None)
 
 
