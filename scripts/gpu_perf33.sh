@@ -104,9 +104,9 @@ if only bits; then  # the same keys' digests across the runs: the run axis holds
     S+=("bits: detrun compare ${runs[*]}: exit $rc (0: the run axis held; sweep-old: $old)"
         "  $(grep -m1 '^verdict' "$OUT/bits.log")")
     # the kernels each plan recorded, the way before (a second run per plan) against this code's (kernel_session.py)
-    python3 scripts/kernel_diff.py "${runs[0]}" "${runs[-1]}" --runs-root "$RR" > "$OUT/kernels.log" 2>&1
+    python3 scripts/plan_diff.py "${runs[0]}" "${runs[-1]}" --runs-root "$RR" --kernels > "$OUT/kernels.log" 2>&1
     rc=$?; cat "$OUT/kernels.log"
-    S+=("kernels: scripts/kernel_diff.py ${runs[0]} ${runs[-1]}: exit $rc" "$(sed 's/^/  /' "$OUT/kernels.log")")
+    S+=("kernels: scripts/plan_diff.py --kernels ${runs[0]} ${runs[-1]}: exit $rc" "$(sed 's/^/  /' "$OUT/kernels.log")")
   fi
 fi
 tar czf "$OUT/runs-33.tgz" -C "$RR" --exclude='*/rows' --exclude=./jit-cache . 2>/dev/null
