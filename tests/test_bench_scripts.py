@@ -64,3 +64,29 @@ def test_shell_script_parses_and_its_usage_names_no_commit(script):
     assert out.returncode == 0, out.stderr
     comments = "\n".join(line for line in (ROOT / script).read_text().splitlines() if line.lstrip().startswith("#"))
     assert not COMMIT.findall(comments), f"{script} names a commit: {COMMIT.findall(comments)}"
+
+
+def test_plan_diff_kernels_fails_on_a_plan_whose_flashinfer_kernels_differ(store, as_main, capsys):
+    """scripts/plan_diff.py --kernels: the same FlashInfer kernels per (mode, path, plan) exit 0 (other names,
+    a fill say, only listed); one plan's kernel swapped for the ragged one exits 1 and names it."""
+    from tests.helpers import rewrite_rows, run_inline, small
+
+    paged = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<128u>"
+    for run in ("old", "new"):
+        run_inline(store, small(modes=["eager"], repeats=1), run)
+    fill = "void at::native::vectorized_elementwise_kernel<FillFunctor>"
+    rewrite_rows(store, "old", lambda r: r.update(kernels=[paged, fill]))
+    rewrite_rows(store, "new", lambda r: r.update(kernels=[paged]))
+    assert as_main("scripts/plan_diff.py", "old", "new", "--runs-root", store.root, "--kernels") == 0
+    out = capsys.readouterr().out
+    assert "different: 0" in out and "not FlashInfer's, only in old: void at::native" in out
+    first = {}
+
+    def tamper(r):  # the first plan met: its kernel becomes the ragged one
+        first.setdefault("plan", r["plan"])
+        if r["plan"] == first["plan"]:
+            r.update(kernels=[paged.replace("Paged", "Ragged")])
+
+    rewrite_rows(store, "new", tamper)
+    assert as_main("scripts/plan_diff.py", "old", "new", "--runs-root", store.root, "--kernels") == 1
+    assert "different: 1" in capsys.readouterr().out
