@@ -39,6 +39,9 @@ def test_markers_that_do_not_pair_with_the_cells_are_an_error():
         split_by_markers([(1, 0, SPIN), (2, 0, "a"), (3, 0, SPIN), (4, 0, SPIN)], 2)
     with pytest.raises(ProfileError, match="two streams"):
         split_by_markers([(1, 0, SPIN), (2, 0, "a"), (3, 5, SPIN)], 1)
+    with pytest.raises(ProfileError, match="no device event on the markers' stream"):  # streams mislabelled
+        split_by_markers([(1, 0, SPIN), (2, 4, "a"), (3, 0, SPIN), (4, 0, SPIN), (5, 4, "b"), (6, 0, SPIN)], 2)
+    assert split_by_markers([(1, 0, SPIN), (2, 0, SPIN), (3, 0, SPIN), (4, 0, "b"), (6, 0, SPIN)], 2) == [[], ["b"]]
 
 
 class Recorder:

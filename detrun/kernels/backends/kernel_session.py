@@ -46,6 +46,8 @@ def split_by_markers(events: Sequence[Event], cells: int) -> List[List[str]]:
         rows = by_stream.get(stream, [])
         inside = rows[bisect.bisect_right(rows, (begin, "\uffff")):bisect.bisect_left(rows, (end, ""))]
         groups.append(sorted({name[:300] for _, name in inside}))
+    if groups and not any(groups):  # every cell runs a kernel: the events are not where the markers say
+        raise ProfileError(f"kernel profile: no device event on the markers' stream between any of {cells} pairs")
     return groups
 
 
