@@ -13,7 +13,7 @@ from rich.console import Console
 from detrun.present.render import print_timings
 from detrun.run import runner
 from detrun.spec.model import load_spec
-from detrun.stages import KERNEL_ROW, run_breakdown
+from detrun.stages import KERNEL_ROW, PROFILE_START, PROFILE_STOP, run_breakdown
 from detrun.store.runs import RunStore
 
 
@@ -33,7 +33,7 @@ def main():
     rows, tasks_wall, steady = run_breakdown(store, result.run_id)
     print_timings(rows, tasks_wall, steady, Console(highlight=False, width=120))
     kernel = sum(s for name, s, _ in rows if name == KERNEL_ROW)
-    warm = sum(s for name, s, _ in rows if name in ("graph warm-up", "profile"))
+    warm = sum(s for name, s, _ in rows if name in ("graph warm-up", "profile", PROFILE_START, PROFILE_STOP))
     total = t2 - t0
     print(f"{args.job} {' '.join(args.overrides)}: ray connect {t1 - t0:.2f} s, submit {t2 - t1:.2f} s, "
           f"gpus {gpus}, shards {result.shards_run}")

@@ -56,12 +56,15 @@ JIT_RESTORE, JIT_SAVE = "jit cache: restore", "jit cache: save"  # run/jitcache.
 DEVICE_WAIT = "device wait"
 GC_PAUSE = "gc pause"  # Python's garbage collector ran (run/collector.py): inside whatever stage it interrupted
 GC_ROW = "gc pauses (inside the stages above)"
+# the kernel audit's one session (kernels/backends/kernel_session.py): its start (CUPTI's set-up) and its stop
+# (the drain, the trace, the names); "profile" is a cell profiled alone (one more run)
+PROFILE_START, PROFILE_STOP = "profile: session start", "profile: session stop"
 PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last copy (kernels/backends/staging.py)
 KERNEL = "kernel"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
-    "forward": ("plan", PLAN_WAIT, "graph warm-up", "graph capture", "profile"),
+    "forward": ("plan", PLAN_WAIT, "graph warm-up", "graph capture", "profile", PROFILE_START, PROFILE_STOP),
 }
 # A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
 # seconds of these stages within it (recorded as "steady cell: <stage>").

@@ -14,6 +14,7 @@ from detrun.kernels.backends.plan_layouts import FA2_PLAN_FIELDS
 from detrun.kernels.inputs import build_batch
 from detrun.spec.matrix import Shard, cells_for
 from detrun.spec.model import spec_from_dict
+from detrun.stages import PROFILE_START, PROFILE_STOP
 from tests.helpers import FakePrefillWrapper, fake_flashinfer, small
 
 SPIN = f"at::cuda::(anonymous namespace)::{MARKER}(long)"
@@ -190,6 +191,7 @@ def test_the_worker_closes_the_session_between_cells_and_before_its_rows_leave(s
     assert plans and named == plans  # every plan of the window has its kernels
     assert all(r["kernels"] == [] for r in rows if r["repeat"] == 1)
     assert closes[0] == 0  # closed before the first steady cell, between cells
+    assert runner.stages.counts[PROFILE_START] == runner.stages.counts[PROFILE_STOP] == 1  # one session
     assert json.dumps(rows)  # plain values
 
     session_backend.events.clear()

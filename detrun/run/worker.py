@@ -337,7 +337,7 @@ class ShardRunner:
         backend = self.backend
         if isinstance(backend, KernelProfiling) and backend.session_ahead and not self.poisoned:
             was_open = backend.session_open
-            with self.stages("forward", count=False):  # its "profile" stage is one of forward's
+            with self.stages("forward", count=False):  # the session's start and stop are stages of forward
                 inside = backend.profile_window(repeat)
             if was_open and not inside:
                 self._mark(time.perf_counter())

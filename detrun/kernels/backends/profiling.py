@@ -17,6 +17,7 @@ import torch
 
 from ...errors import first_line
 from ...spec.matrix import share_of
+from ...stages import PROFILE_START, PROFILE_STOP
 from .base import capture_and_replay
 from .kernel_session import ProfileSession
 
@@ -60,7 +61,7 @@ class KernelProfiling:
         if not inside:
             self.close_profile()
         elif self._session is None and not self._session_done and limit is not None and self._session_here():
-            with self.stages("profile"):  # type: ignore[attr-defined]
+            with self.stages(PROFILE_START):  # type: ignore[attr-defined]
                 try:
                     self._session = self._open_session()
                 except Exception as exc:  # then each profiled cell is profiled alone (_kernels)
@@ -95,7 +96,7 @@ class KernelProfiling:
         session, self._session, self._session_done = self._session, None, True
         if session is None:
             return
-        with self.stages("profile"):  # type: ignore[attr-defined]
+        with self.stages(PROFILE_STOP):  # type: ignore[attr-defined]
             try:
                 session.close()
             except Exception as exc:  # a ProfileError, the CUDA context gone (the cells say so): the rows first
