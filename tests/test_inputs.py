@@ -2,6 +2,7 @@
 pages, the draws are pinned (baselines depend on them), stale cache slots are seeded garbage, and draws
 shared by cases give the same batches as fresh ones."""
 
+import pytest
 import torch
 
 from detrun.kernels.backends.reference import gather
@@ -206,3 +207,35 @@ def test_compare_refuses_runs_that_drew_different_inputs(store, capsys):
     assert code == 2 and "draws: c1 counter, p1 cpu" in line and "seed" not in line
     code, line = cli_error(capsys, "compare", "p1", "s1", *root)
     assert code == 2 and "seed: p1 7, s1 1" in line
+
+
+@pytest.mark.parametrize("budget, first", [(0, 2), (1 << 40, None)])
+def test_a_task_starts_the_first_cases_values_before_it_opens_its_profile_session(monkeypatch, budget, first):
+    """Before the first cell the worker starts drawing the first cases (at least DRAW_AHEAD, then up to
+    DRAW_FIRST_BYTES of values), then opens the profile window: the threads draw while CUPTI sets up."""
+    from detrun.kernels import inputs
+    from detrun.run import worker
+    from detrun.spec.matrix import Shard
+
+    events = []
+    monkeypatch.setattr(worker, "DRAW_AHEAD", 2)
+    monkeypatch.setattr(worker, "DRAW_FIRST_BYTES", budget)
+    real_prefetch, real_window = inputs.Draws.prefetch, worker.ShardRunner._profile_window
+
+    def prefetch(self, keys):
+        keys = list(keys)
+        events.append(("prefetch", keys[-1][1]))
+        return real_prefetch(self, keys)
+
+    monkeypatch.setattr(inputs.Draws, "prefetch", prefetch)
+    monkeypatch.setattr(worker.ShardRunner, "_profile_window",
+                        lambda self, repeat: events.append(("window", repeat)) or real_window(self, repeat))
+    monkeypatch.setattr(worker, "build_batch", lambda spec, case, *a: events.append(("build", case))
+                        or inputs.build_batch(spec, case, *a))
+    data = small(modes=["eager"], repeats=1)
+    worker.run_shard(data, Shard(0, (0,)), "first")
+    spec = spec_from_dict(data)
+    cases = list(spec.cases)
+    before = events[:events.index(("window", 0))]
+    assert before == [("prefetch", spec.members(c)[-1]) for c in cases[:first]]
+    assert events.index(("window", 0)) < events.index(("build", cases[0]))

@@ -30,7 +30,7 @@ from ..kernels.backends.base import (
 )
 from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
-from ..kernels.inputs import Draws, build_batch, draw_keys, draw_threads
+from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
 from ..record.status import Status
@@ -104,6 +104,9 @@ def cell_bounds(phase: str, batch, spec: JobSpec) -> List[int]:
 
 # Cases whose values a task draws ahead of the one it builds (host memory: their values, on top of the cases built)
 DRAW_AHEAD = 4
+# Before its first cell a task starts the first cases' values, up to these bytes (at least DRAW_AHEAD cases): the
+# CPU threads draw them while the task opens its kernel-profile session (CUPTI's set-up, seconds on a GPU).
+DRAW_FIRST_BYTES = 4 << 30
 
 
 def digest_lag(depth: int) -> int:
@@ -342,6 +345,17 @@ class ShardRunner:
             if was_open and not inside:
                 self._mark(time.perf_counter())
 
+    def _draw_first(self, cells: List[Cell]) -> None:
+        """Start the first cases' values on the CPU threads, up to DRAW_FIRST_BYTES of them (host memory until
+        each case takes its sets), at least DRAW_AHEAD cases."""
+        size, total = DTYPES[self.spec.dtype].itemsize, 0
+        for n, case in enumerate(dict.fromkeys(cell.case for cell in cells)):
+            keys = draw_keys(self.spec, case)
+            total += sum(rows * heads * self.spec.head_dim * size for _, _, rows, heads in keys)
+            if n >= DRAW_AHEAD and total > DRAW_FIRST_BYTES:
+                return
+            self.draws.prefetch(keys)
+
     def _draw_ahead(self, batches: dict) -> None:
         """Start drawing the next DRAW_AHEAD cases' values on the CPU threads while this case's cells run: a
         case's largest set (a long prefix) no longer bounds the first repeat's pace, the threads work on the
@@ -410,8 +424,14 @@ class ShardRunner:
                               timings={"stages": self.stages.as_dict()})
         batches: dict = {}
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
+        if cells is None:
+            cells = list(cells_for(self.spec, self.shard.repeats))
+        if isinstance(cells, list) and cells and not self.poisoned:
+            self._draw_first(cells)  # drawn while the profile session opens and the first cells run
         with self.main_stream(), self.collector:
-            for cell in cells if cells is not None else cells_for(self.spec, self.shard.repeats):
+            if isinstance(cells, list) and cells:
+                self._profile_window(cells[0].repeat)
+            for cell in cells:
                 if arm:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
                 self._cell(cell, batches)
