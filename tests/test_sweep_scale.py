@@ -69,6 +69,7 @@ def test_the_bench_runs_two_workers_per_gpu_against_a_run_with_one(tmp_path):
     assert two.returncode == 0, two.stdout[-3000:] + two.stderr[-3000:]
     assert "4 cases x 2 modes x 4 repeats x 1 GPU(s) = 32 cells; verdict: REPRODUCIBLE (exit 0)" in two.stdout
     assert f"reference {reference}: cells/s " in two.stdout
+    assert "time to verdict / kernel time: not here with 2 workers per GPU" in two.stdout  # events hold slices
     from detrun.store.runs import RunStore
 
     store = RunStore(str(tmp_path))
