@@ -183,7 +183,7 @@ def test_a_digest_on_its_own_stream_falls_at_most_lag_cells_behind(monkeypatch, 
     class Event:
         cell = None
 
-        def record(self):
+        def record(self, stream=None):
             pass
 
         def synchronize(self):

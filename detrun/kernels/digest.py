@@ -222,7 +222,7 @@ class PendingDigests:
         if device.type == "cuda":  # a pinned copy, so the host need not wait here
             self.host = torch.empty(lanes.shape, dtype=torch.int64, pin_memory=True).copy_(lanes, non_blocking=True)
             self.event = torch.cuda.Event()
-            self.event.record()
+            self.event.record(torch.cuda.current_stream(device))
         else:
             self.host = lanes.cpu()
 

@@ -240,7 +240,7 @@ class ShardRunner:
         with self.stages("digest"):
             if self.streams:
                 after = torch.cuda.Event()
-                after.record()  # after the kernel, on the main stream
+                after.record(self.streams[0])  # after the kernel, on the main stream (named: no current-stream lookup)
                 self.streams[1].wait_event(after)
             with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
                 digests = PendingDigests([output.out, output.lse], bounds,
