@@ -7,7 +7,7 @@ paths and kernel families, each group with how many cells carry the same bits. N
 
 --kernels, for a change to how kernels are profiled (kernel_session.py against the code before): the FlashInfer
 kernels each plan recorded must be the same in both runs (the audit reads those; exit 1 when one differs or a
-plan was profiled in one run only); the others (fills, copies) are listed where they differ.
+plan was profiled in one run only, or none in both); the others (fills, copies) are listed where they differ.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections import Counter, defaultdict
 
+from detrun.judge.audit import is_flashinfer_kernel
 from detrun.judge.explain import plan_differences
 from detrun.store.runs import RunStore
 
@@ -63,21 +64,25 @@ def kernel_names(opts) -> int:
             alone[next(iter(runs))] += 1
             continue
         a, b = runs[opts.a], runs[opts.b]
-        fa, fb = ({n for n in s if "flashinfer" in n} for s in (a, b))
+        fa, fb = ({n for n in s if is_flashinfer_kernel(n)} for s in (a, b))
+        if not fa and not fb:  # no FlashInfer kernel in either (another backend's rows): nothing to compare
+            continue
         if fa == fb:
             same += 1
         else:
             differ.append((key, sorted(fa - fb), sorted(fb - fa)))
         for n in (a - fa) ^ (b - fb):
             others[(opts.a if n in a else opts.b, n[:80])] += 1
-    print(f"plans profiled in both runs: {same + len(differ)}; the same FlashInfer kernels: {same}; "
+    print(f"plans with FlashInfer kernels in both runs: {same + len(differ)}; the same FlashInfer kernels: {same}; "
           f"different: {len(differ)}; profiled in one run only: {dict(alone) or 'none'}")
     for (mode, path, plan), only_a, only_b in differ[:10]:
         cut = [[n[:120] for n in only] for only in (only_a, only_b)]
         print(f"  {mode} {path} {plan[:80]}: only in {opts.a}: {cut[0]}; only in {opts.b}: {cut[1]}")
     for (run, name), n in sorted(others.items()):
         print(f"  not FlashInfer's, only in {run}: {name} ({n} plans)")
-    return 1 if differ or alone else 0
+    if not same + len(differ):
+        print("nothing compared: no plan recorded FlashInfer kernels in both runs")
+    return 1 if differ or alone or not same + len(differ) else 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ def is_ragged_kernel(name: str) -> bool:
     return "RaggedKVCache" in name or "RaggedParams" in name
 
 
+def is_flashinfer_kernel(name: str) -> bool:
+    """A FlashInfer kernel (the ones the audit reads; fills, copies and torch's own are not)."""
+    return "flashinfer" in name
+
+
 def is_paged_kernel(name: str) -> bool:
     return "PagedKVCache" in name or "PagedParams" in name
 
@@ -49,7 +54,7 @@ def audit_kernels(path: str, kernels: Iterable[str], attn: str = "") -> Optional
     if is_torch_attn(attn):
         kernels = list(kernels)
         return audit_torch(attn, kernels) if kernels else None
-    names = [k for k in kernels if k.startswith("flashinfer::") or "flashinfer" in k]
+    names = [k for k in kernels if is_flashinfer_kernel(k)]
     if not names:
         return None
     ragged = [k for k in names if is_ragged_kernel(k)]

@@ -23,7 +23,7 @@ from ..record.rows import ADDED, SCHEMA, with_added
 from ..record.status import Status
 from ..store.rows import read_part
 from ..store.runs import RunReader
-from .audit import audit_kernels, is_torch_attn
+from .audit import audit_kernels, is_flashinfer_kernel, is_torch_attn
 
 _ENV = tuple(f for f in FINGERPRINT_FIELDS if f not in ("sm_count",))
 INTS = ("repeat", "slot", "sm_count")
@@ -90,7 +90,7 @@ def _audit(table: pa.Table, start: int, cache: Dict[tuple, Optional[str]],
     names = flat.dictionary.to_pylist()
     codes = flat.indices.to_numpy()
     hit = np.zeros(len(kernels), dtype=bool)
-    hit[pc.list_parent_indices(kernels).to_numpy()[np.array(["flashinfer" in k for k in names])[codes]]] = True
+    hit[pc.list_parent_indices(kernels).to_numpy()[np.array([is_flashinfer_kernel(k) for k in names])[codes]]] = True
     attn = table.column("attn").combine_chunks()
     torch_codes = [c for c, a in enumerate(attn.dictionary.to_pylist()) if is_torch_attn(a)]
     if torch_codes:  # torch rows (sdpa, flex) with kernels recorded: audited against the kernel they pinned
