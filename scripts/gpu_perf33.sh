@@ -84,7 +84,7 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 }
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
-# the CPU draws on 8 (a task's) and 16 threads
+# the CPU draws on 8 (a task's) and 15 threads
 named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py

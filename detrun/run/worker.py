@@ -427,11 +427,9 @@ class ShardRunner:
         if cells is None:
             cells = list(cells_for(self.spec, self.shard.repeats))
         if isinstance(cells, list) and cells and not self.poisoned:
-            self._draw_first(cells)  # drawn while the profile session opens and the first cells run
+            self._draw_first(cells)  # drawn while the first cell opens the profile session and the cells run
         with self.main_stream(), self.collector:
-            if isinstance(cells, list) and cells:
-                self._profile_window(cells[0].repeat)
-            for cell in cells:
+            for cell in cells:  # the first one opens the profile session (_cell), while the threads draw
                 if arm:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
                 self._cell(cell, batches)
