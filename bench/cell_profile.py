@@ -4,6 +4,12 @@ under cProfile (host functions) and under torch.profiler (device kernels and how
     python bench/cell_profile.py bench/jobs/long.yaml [--set k=v ...] [--repeats 8] [--code DIR]
     python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --rounds 3 \
         --variants "default lag=0 gc=auto same"     # knobs timed in turn, in one process
+    python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 2 --in-ray   # the same in a Ray task
+
+--in-ray runs it all in a Ray worker (a local Ray, one task asking for one GPU and one CPU, as detrun's shard
+tasks do; its output returned with its result), to tell what a Ray worker costs the host work from what the
+host costs. Each round also prints
+how much of its wall the cells' thread was on a CPU.
 
 The first repeat of every case, phase and mode is the warm-up (inputs, capture, kernel profile) and is not
 counted; the later repeats are steady state, as `detrun timings` counts them.
@@ -21,11 +27,12 @@ import pstats
 import statistics
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --code DIR: time the detrun package of another checkout (the code before a change, say)
-CODE = os.path.abspath(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv[:-1] else ROOT
+CODE = (os.path.abspath(sys.argv[sys.argv.index("--code") + 1]) if "--code" in sys.argv[:-1]
+        else os.environ.get("CELL_PROFILE_CODE", ROOT))  # --in-ray: the task's argv is Ray's
 sys.path.insert(0, CODE)
 
 import torch  # noqa: E402
@@ -34,6 +41,7 @@ from detrun.run import worker  # noqa: E402
 from detrun.run.worker import ShardRunner  # noqa: E402
 from detrun.spec.matrix import Shard, cells_for  # noqa: E402
 from detrun.spec.model import load_spec  # noqa: E402
+from detrun.stages import host_clocks  # noqa: E402
 
 
 def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
@@ -108,18 +116,45 @@ def full_collection_ms() -> str:
 
 
 def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, float, Dict[str, float], str]:
-    """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell, the full gc collections) of
-    these repeats."""
+    """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell, the full gc collections and
+    the thread's CPU share) of these repeats."""
     before = dict(runner.stages.seconds)
-    t = time.perf_counter()
+    w0, t0, p0 = host_clocks()
     with FullCollections() as full:
         n = run_cells(runner, spec, repeats, batches)
-    wall = (time.perf_counter() - t) / n * 1e3
+    w1, t1, p1 = host_clocks()
+    wall = (w1 - w0) / n * 1e3
     per_cell = {k: (v - before.get(k, 0.0)) / n * 1e3 for k, v in runner.stages.seconds.items()}
-    return n, wall, per_cell.get("kernel", 0.0), per_cell, str(full)
+    host = (f"the cells' thread on a CPU {100 * (t1 - t0) / (w1 - w0):.0f}% of the wall, the process "
+            f"{(p1 - p0) / (w1 - w0):.2f} CPUs")
+    return n, wall, per_cell.get("kernel", 0.0), per_cell, f"{full}; {host}"
 
 
-def main():
+def in_ray(argv: List[str]) -> None:
+    """main(argv) in a task of a local Ray, as detrun's shard tasks run (one GPU, one CPU); its output reaches
+    this process through Ray's log forwarding."""
+    import ray
+
+    path = os.pathsep.join([CODE, os.path.join(ROOT, "bench"), os.environ.get("PYTHONPATH", "")])
+    ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path, "CELL_PROFILE_CODE": CODE}})
+
+    @ray.remote(num_gpus=1 if torch.cuda.is_available() else 0, num_cpus=1)
+    def task(args: List[str]) -> str:
+        import cell_profile  # this file, from the bench directory on the task's PYTHONPATH
+
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            cell_profile.main(args)
+        return text.getvalue()
+
+    print(f"in a Ray task:\n{ray.get(task.remote(argv))}", end="", flush=True)
+    ray.shutdown()
+
+
+def main(argv: Optional[List[str]] = None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--in-ray" in argv:
+        return in_ray([a for a in argv if a != "--in-ray"])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
@@ -128,7 +163,11 @@ def main():
     ap.add_argument("--variants", default="default",
                     help='space-separated, each "default" or knobs joined by +: depth=N, stream, same (see apply)')
     ap.add_argument("--rounds", type=int, default=1, help="times each variant is timed, interleaved")
-    args = ap.parse_args()
+    ap.add_argument("--in-ray", action="store_true", help="run it all in a task of a local Ray (see above)")
+    ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
+    args = ap.parse_args(argv)
+    print(f"process {os.getpid()}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch threads "
+          f"{torch.get_num_threads()}, CPU affinity {len(os.sched_getaffinity(0))} of {os.cpu_count()}", flush=True)
     spec = load_spec(args.job, args.overrides)
     os.environ.update(spec.env)  # what Ray's runtime_env does for a task
     r, variants = args.repeats, args.variants.split()
@@ -161,6 +200,8 @@ def main():
             kernel = statistics.median(k for _, k in runs)
             over = statistics.median(100 * (w - k) / max(k, 1e-9) for w, k in runs)
             print(f"| {variant} | {wall:.3f} | {kernel:.3f} | {over:.1f}% |")
+    if args.rounds_only:
+        return
     print(full_collection_ms())
     apply(runner, variants[0], defaults)
     r0 = at

@@ -179,16 +179,45 @@ class SteadyTrace:
         self.stages, self.n = stages, 0
         self.marks: List[Tuple[float, int, float]] = []
         self.last: Optional[Tuple[float, int, float]] = None
+        self.clocks: List[Tuple[float, float, float]] = []  # host_clocks() at the first and the last steady cell
 
     def cell(self) -> None:
         """One more steady cell ended now."""
         self.n += 1
         self.last = (time.time(), self.n, self.stages.seconds.get(f"{STEADY_CELL}: {KERNEL}", 0.0))
+        self.clocks[1 if self.clocks else 0:] = [host_clocks()]
         if self.n == 1 or self.n % self.EVERY == 0:
             self.marks.append(self.last)
 
     def points(self) -> List[Tuple[float, int, float]]:
         return self.marks + ([self.last] if self.last is not None and self.last != self.marks[-1] else [])
+
+    def host(self) -> Optional[Dict[str, float]]:
+        """From the first steady cell's end to the last's: wall seconds, the CPU seconds of the thread that ran
+        the cells and of the whole process (None before two steady cells)."""
+        if len(self.clocks) < 2:
+            return None
+        (w0, t0, p0), (w1, t1, p1) = self.clocks
+        return {"wall_s": w1 - w0, "thread_cpu_s": t1 - t0, "process_cpu_s": p1 - p0}
+
+
+def host_clocks() -> Tuple[float, float, float]:
+    """(wall, this thread's CPU, this process's CPU) seconds now."""
+    return time.perf_counter(), time.thread_time(), time.process_time()
+
+
+def host_busy(shard_timings: Dict[str, dict]) -> str:
+    """How busy the host was over the tasks' steady cells: the cells' thread on a CPU (near 100%: the host's own
+    work paced the cells; well under: the thread waited, for the device or to be scheduled) and the process's
+    CPUs ("" when no task recorded it). A slow host says which it is."""
+    found = [t["steady_host"] for t in shard_timings.values() if t.get("steady_host")]
+    wall = sum(h["wall_s"] for h in found)
+    if not found or wall <= 0:
+        return ""
+    thread = sum(h["thread_cpu_s"] for h in found) / wall
+    process = sum(h["process_cpu_s"] for h in found) / wall
+    return (f"host in the steady cells: the cells' thread on a CPU {100 * thread:.0f}% of the wall, the process "
+            f"{process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s)")
 
 
 def _at(points: List[list], when: float) -> Tuple[float, float]:

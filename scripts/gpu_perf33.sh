@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
@@ -90,6 +90,16 @@ named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --thread
 named profcost && bench_step profcost 60 bench/profile_cost.py
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
 named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
+# the same steady cells in this process and in a Ray task (a local Ray, as a shard task): what Ray costs the host
+if named hostray; then
+  for where in process ray; do
+    timeout 150 python3 bench/cell_profile.py "$JOB" --repeats 4 --rounds 2 --rounds-only \
+      $([[ $where == ray ]] && echo --in-ray) > "$OUT/hostray-$where.log" 2>&1
+    rc=$?; cat "$OUT/hostray-$where.log"
+    S+=("hostray, in a $where: exit $rc" "$(grep -E "round|thread on a CPU|^process|Ray task" "$OUT/hostray-$where.log" |
+        sed 's/^/  /')")
+  done
+fi
 only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers

@@ -212,3 +212,25 @@ def test_the_critical_path_is_the_shard_written_last_from_the_first_submit():
     assert critical_path_line(timings).startswith("critical path: shard c written 51.0 s after the first submit "
                                                   "(waiting for its turn 31.0 s, worker start 1.0 s, imports 2.0 s,")
     assert critical_path({"old": {"stages": {}}}) is None and critical_path_line({}) == ""
+
+
+def test_host_busy_tells_a_thread_on_the_cpu_from_one_that_waited(monkeypatch):
+    """SteadyTrace.host spans the first to the last steady cell; host_busy reads the thread's CPU share of it."""
+    from detrun import stages as st
+
+    clocks = iter([(10.0, 1.0, 1.5), (11.0, 1.5, 2.0), (14.0, 2.5, 4.0)])  # wall, thread CPU, process CPU
+    monkeypatch.setattr(st, "host_clocks", lambda: next(clocks))
+    trace = st.SteadyTrace(Stages())
+    assert trace.host() is None
+    trace.cell()
+    assert trace.host() is None  # one steady cell spans nothing
+    trace.cell()
+    trace.cell()
+    host = trace.host()
+    assert host == {"wall_s": 4.0, "thread_cpu_s": 1.5, "process_cpu_s": 2.5}
+    waited = st.host_busy({"a": {"steady_host": host}})
+    assert "thread on a CPU 38% of the wall" in waited and "0.62 CPUs" in waited
+    busy = st.host_busy({"a": {"steady_host": {"wall_s": 2.0, "thread_cpu_s": 1.98, "process_cpu_s": 3.0}},
+                         "b": {"steady_host": None}})
+    assert "99% of the wall" in busy and "1.50 CPUs" in busy and "(1 task(s), 2.0 s)" in busy
+    assert st.host_busy({"a": {}}) == ""

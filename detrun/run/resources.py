@@ -53,7 +53,7 @@ def memory_line(run_timings: dict, shard_timings: Dict[str, dict]) -> Optional[s
 
 def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
     """The GPUs' steady line: wall per cell while all of a GPU's tasks ran steady cells (stages.gpu_steady)."""
-    from ..stages import gpu_steady, gpu_steady_caveat
+    from ..stages import gpu_steady, gpu_steady_caveat, host_busy
 
     found = gpu_steady(shard_timings)
     if found is None:
@@ -65,7 +65,8 @@ def gpu_steady_line(shard_timings: Dict[str, dict]) -> str:
     line += (f", kernel {own:.3f} ms (CUDA events): overhead {100 * (cell / own - 1):.1f}%" if kernel
              else ", kernel not timed (no CUDA)")
     caveat = gpu_steady_caveat(shard_timings, found)
-    return line + (f"; {caveat}" if caveat else "")
+    busy = host_busy(shard_timings)
+    return line + (f"; {caveat}" if caveat else "") + (f"; {busy}" if busy else "")
 
 
 def critical_path_line(shard_timings: Dict[str, dict]) -> str:
@@ -82,7 +83,9 @@ def critical_path_line(shard_timings: Dict[str, dict]) -> str:
 
 def run_lines(store, run_id: str) -> List[str]:
     """The lines after a run's stage table: peak memory, the JIT cache's transfers (those it recorded); with
-    several workers per GPU, what a task's steady cell then holds and the GPUs' steady line."""
+    several workers per GPU, what a task's steady cell then holds and the GPUs' steady line (which says how busy
+    the host was), else how busy the host was."""
+    from ..stages import host_busy
     from .jitcache import summary_line
 
     shards, run = store.read_timings(run_id), store.manifest(run_id).get("timings") or {}
@@ -91,6 +94,8 @@ def run_lines(store, run_id: str) -> List[str]:
     if workers > 1:
         lines += [f"{workers} workers per GPU (DETRUN_WORKERS_PER_GPU): a task's steady cell above counts the other "
                   "tasks' kernels on its GPU too; the GPU's own:", gpu_steady_line(shards)]
+    else:
+        lines.append(host_busy(shards))
     return [line for line in lines if line]
 
 
