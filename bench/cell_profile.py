@@ -5,6 +5,7 @@ under cProfile (host functions) and under torch.profiler (device kernels and how
     python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 3 --rounds 3 \
         --variants "default lag=0 gc=auto same"     # knobs timed in turn, in one process
     python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 2 --in-ray   # the same in a Ray task
+    python bench/cell_profile.py bench/jobs/sweep10k.yaml --repeats 2 --in-ray --ray-env RAY_worker_niceness=0
 
 --in-ray runs it all in a Ray worker (a local Ray, one task asking for one GPU and one CPU, as detrun's shard
 tasks do; its output returned with its result), to tell what a Ray worker costs the host work from what the
@@ -130,13 +131,14 @@ def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, fl
     return n, wall, per_cell.get("kernel", 0.0), per_cell, f"{full}; {host}"
 
 
-def in_ray(argv: List[str]) -> None:
-    """main(argv) in a task of a local Ray, as detrun's shard tasks run (one GPU, one CPU); its output reaches
-    this process through Ray's log forwarding."""
+def in_ray(argv: List[str], env: Dict[str, str]) -> None:
+    """main(argv) in a task of a local Ray, as detrun's shard tasks run (one GPU, one CPU), with env in its
+    runtime_env too (RAY_worker_niceness=0, say); prints the task's output."""
     import ray
 
     path = os.pathsep.join([CODE, os.path.join(ROOT, "bench"), os.environ.get("PYTHONPATH", "")])
-    ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path, "CELL_PROFILE_CODE": CODE}})
+    ray.init(include_dashboard=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "CELL_PROFILE_CODE": CODE, **env}})
 
     @ray.remote(num_gpus=1 if torch.cuda.is_available() else 0, num_cpus=1)
     def task(args: List[str]) -> str:
@@ -154,7 +156,9 @@ def in_ray(argv: List[str]) -> None:
 def main(argv: Optional[List[str]] = None):
     argv = sys.argv[1:] if argv is None else argv
     if "--in-ray" in argv:
-        return in_ray([a for a in argv if a != "--in-ray"])
+        env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--ray-env")
+        rest = [a for i, a in enumerate(argv) if a != "--in-ray" and "--ray-env" not in argv[max(i - 1, 0):i + 1]]
+        return in_ray(rest, env)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
@@ -165,9 +169,11 @@ def main(argv: Optional[List[str]] = None):
     ap.add_argument("--rounds", type=int, default=1, help="times each variant is timed, interleaved")
     ap.add_argument("--in-ray", action="store_true", help="run it all in a task of a local Ray (see above)")
     ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
+    ap.add_argument("--ray-env", action="append", metavar="K=V", help="with --in-ray: in the task's runtime_env")
     args = ap.parse_args(argv)
-    print(f"process {os.getpid()}: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, torch threads "
-          f"{torch.get_num_threads()}, CPU affinity {len(os.sched_getaffinity(0))} of {os.cpu_count()}", flush=True)
+    print(f"process {os.getpid()}: niceness {os.nice(0)}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+          f"torch threads {torch.get_num_threads()}, CPU affinity {len(os.sched_getaffinity(0))} of {os.cpu_count()}",
+          flush=True)
     spec = load_spec(args.job, args.overrides)
     os.environ.update(spec.env)  # what Ray's runtime_env does for a task
     r, variants = args.repeats, args.variants.split()

@@ -113,11 +113,14 @@ class DriverSettings:
     # DETRUN_WORKERS_PER_GPU: tasks (worker processes) a GPU runs at once, each on 1/N of it (Ray fractional GPUs),
     # so one's host work overlaps another's kernels; rows keep the GPU's slot (docs/performance.md)
     workers_per_gpu: int = 1
+    # DETRUN_WORKER_NICENESS: the niceness Ray starts the tasks' worker processes at (Ray's own default is 15)
+    worker_niceness: int = 0
 
 
 DRIVER_VARIABLES = {"heartbeat_s": "DETRUN_HEARTBEAT_S", "pg_timeout_s": "DETRUN_PG_TIMEOUT_S",
                     "node_loss_grace_s": "DETRUN_NODE_LOSS_GRACE_S", "isolation_grace_s": "DETRUN_ISOLATION_GRACE_S"}
 WORKERS_PER_GPU, MAX_WORKERS_PER_GPU = "DETRUN_WORKERS_PER_GPU", 8
+WORKER_NICENESS = "DETRUN_WORKER_NICENESS"
 
 
 def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettings:
@@ -129,6 +132,10 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
     if not workers.strip().isdigit() or not 1 <= int(workers) <= MAX_WORKERS_PER_GPU:
         raise DetrunError(f"{WORKERS_PER_GPU}={workers!r}: expected a whole number from 1 to {MAX_WORKERS_PER_GPU} "
                           "(unset: 1)")
+    nice = environ.get(WORKER_NICENESS, "0")
+    if not nice.strip().isdigit() or not 0 <= int(nice) <= 19:
+        raise DetrunError(f"{WORKER_NICENESS}={nice!r}: expected a whole number from 0 to 19 (unset: 0; Ray's own "
+                          "default is 15)")
     for field in fields(DriverSettings):
         if field.name not in DRIVER_VARIABLES:
             continue
@@ -143,4 +150,4 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
         if not math.isfinite(value) or value <= 0:
             raise DetrunError(f"{name}={raw!r}: expected a number of seconds > 0 (unset: {field.default})")
         values[field.name] = value
-    return DriverSettings(**values, workers_per_gpu=int(workers))
+    return DriverSettings(**values, workers_per_gpu=int(workers), worker_niceness=int(nice))

@@ -194,11 +194,11 @@ class SteadyTrace:
 
     def host(self) -> Optional[Dict[str, float]]:
         """From the first steady cell's end to the last's: wall seconds, the CPU seconds of the thread that ran
-        the cells and of the whole process (None before two steady cells)."""
+        the cells and of the whole process, and the process's niceness (None before two steady cells)."""
         if len(self.clocks) < 2:
             return None
         (w0, t0, p0), (w1, t1, p1) = self.clocks
-        return {"wall_s": w1 - w0, "thread_cpu_s": t1 - t0, "process_cpu_s": p1 - p0}
+        return {"wall_s": w1 - w0, "thread_cpu_s": t1 - t0, "process_cpu_s": p1 - p0, "niceness": os.nice(0)}
 
 
 def host_clocks() -> Tuple[float, float, float]:
@@ -216,8 +216,10 @@ def host_busy(shard_timings: Dict[str, dict]) -> str:
         return ""
     thread = sum(h["thread_cpu_s"] for h in found) / wall
     process = sum(h["process_cpu_s"] for h in found) / wall
+    nice = sorted({h["niceness"] for h in found if "niceness" in h})
+    at = f", niceness {'/'.join(map(str, nice))}" if nice else ""
     return (f"host in the steady cells: the cells' thread on a CPU {100 * thread:.0f}% of the wall, the process "
-            f"{process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s)")
+            f"{process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s{at})")
 
 
 def _at(points: List[list], when: float) -> Tuple[float, float]:

@@ -90,13 +90,14 @@ named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --thread
 named profcost && bench_step profcost 60 bench/profile_cost.py
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
 named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
-# the same steady cells in this process and in a Ray task (a local Ray, as a shard task): what Ray costs the host
+# the same steady cells in this process, in a Ray task at Ray's niceness (15) and at 0: what Ray costs the host
 if named hostray; then
-  for where in process ray; do
-    timeout 150 python3 bench/cell_profile.py "$JOB" --repeats 4 --rounds 2 --rounds-only \
-      $([[ $where == ray ]] && echo --in-ray) > "$OUT/hostray-$where.log" 2>&1
+  declare -A how=([process]="" [ray]="--in-ray" [ray-nice0]="--in-ray --ray-env RAY_worker_niceness=0")
+  for where in process ray ray-nice0; do
+    timeout 120 python3 bench/cell_profile.py "$JOB" --repeats 2 --rounds 2 --rounds-only ${how[$where]} \
+      > "$OUT/hostray-$where.log" 2>&1
     rc=$?; cat "$OUT/hostray-$where.log"
-    S+=("hostray, in a $where: exit $rc" "$(grep -E "round|thread on a CPU|^process|Ray task" "$OUT/hostray-$where.log" |
+    S+=("hostray, $where: exit $rc" "$(grep -E "round [0-9]|thread on a CPU|process [0-9]" "$OUT/hostray-$where.log" |
         sed 's/^/  /')")
   done
 fi

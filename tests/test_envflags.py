@@ -42,6 +42,11 @@ def test_driver_settings_are_read_from_the_environment_with_defaults():
     assert (read.heartbeat_s, read.node_loss_grace_s, read.pg_timeout_s) == (0.5, 3.0, 60.0)
     with pytest.raises(DetrunError, match="DETRUN_ISOLATION_GRACE_S='inf'"):
         driver_settings({"DETRUN_ISOLATION_GRACE_S": "inf"})
+    assert driver_settings({}).worker_niceness == 0
+    assert driver_settings({"DETRUN_WORKER_NICENESS": "15"}).worker_niceness == 15
+    for bad in ("-1", "20", "low"):
+        with pytest.raises(DetrunError, match=f"DETRUN_WORKER_NICENESS='{bad}': expected a whole number from 0 to 19"):
+            driver_settings({"DETRUN_WORKER_NICENESS": bad})
 
 
 def test_task_flags_parse_as_sglang_does_and_name_a_bad_value():

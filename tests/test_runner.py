@@ -118,6 +118,17 @@ def test_cli_submit_passes_and_stores_parquet(cli_run):
     assert again.exit_code == 0
 
 
+def test_a_task_runs_at_the_niceness_it_is_given_not_rays(ray_2gpu):
+    @ray_2gpu.remote(num_gpus=1)
+    def niceness():
+        return os.nice(0)
+
+    spec = spec_from_dict(small())
+    at = {n: ray_2gpu.get(niceness.options(runtime_env=runner.task_runtime_env(spec, n)).remote()) for n in (0, 7)}
+    assert at == {0: 0, 7: 7}
+    assert ray_2gpu.get(niceness.remote()) == 15  # Ray's own default, which the runner's tasks no longer get
+
+
 def test_cli_canary_exits_1(ray_2gpu, tmp_path):
     job = _job(tmp_path, reference={"variant": "canary"})
     out = CliRunner().invoke(app, ["submit", job, "--runs-root", str(tmp_path / "runs"), "--gpus", "1"])
@@ -143,6 +154,8 @@ def test_timings_stored_per_shard_and_printed(cli_run):
         assert t["stages"]["kernel"]["n"] == 10 and t["stages"]["inputs"]["n"] == 5
         assert t["driver"]["submitted_unix"] <= t["task_entered_unix"] <= t["returned_unix"]
         assert t["memory"]["host_peak_mb"] > 50  # torch alone is more (the task's ru_maxrss)
+        # Ray started the worker at DETRUN_WORKER_NICENESS (unset: 0), not at Ray's 15; its steady cells ran on a CPU
+        assert t["steady_host"]["niceness"] == 0 and 0 < t["steady_host"]["thread_cpu_s"]
     assert store.manifest(run_id)["timings"]["driver_peak_rss_mb"] > 50
     from detrun.stages import run_breakdown
 
@@ -157,6 +170,7 @@ def test_timings_stored_per_shard_and_printed(cli_run):
     shown = CliRunner().invoke(app, ["timings", run_id, "--runs-root", root])
     assert shown.exit_code == 0 and "kernel" in shown.output and "import torch + detrun" in shown.output
     assert "steady state (5 cells" in shown.output
+    assert "host in the steady cells: the cells' thread on a CPU" in shown.output and "niceness 0)" in shown.output
     assert "peak memory (largest of 1 tasks): task host RSS " in shown.output and ", driver RSS " in shown.output
 
 

@@ -1,6 +1,7 @@
 """Stage timings: accumulation, the nested breakdown, kernel-profile gating, kernel time read late, the steady
 line, and a plan waiting for the last plan's copies (not for the running kernel)."""
 
+import os
 import time
 import types
 
@@ -227,7 +228,7 @@ def test_host_busy_tells_a_thread_on_the_cpu_from_one_that_waited(monkeypatch):
     trace.cell()
     trace.cell()
     host = trace.host()
-    assert host == {"wall_s": 4.0, "thread_cpu_s": 1.5, "process_cpu_s": 2.5}
+    assert host == {"wall_s": 4.0, "thread_cpu_s": 1.5, "process_cpu_s": 2.5, "niceness": os.nice(0)}
     waited = st.host_busy({"a": {"steady_host": host}})
     assert "thread on a CPU 38% of the wall" in waited and "0.62 CPUs" in waited
     busy = st.host_busy({"a": {"steady_host": {"wall_s": 2.0, "thread_cpu_s": 1.98, "process_cpu_s": 3.0}},

@@ -170,6 +170,7 @@ def test_a_taken_run_id_of_an_environment_is_refused_before_ray(tmp_path, capsys
 def test_a_task_runs_in_its_environments_pip_install_with_the_jobs_flags():
     plain = spec_from_dict(small())
     assert task_runtime_env(plain) == {"env_vars": {"SGLANG_FLASHINFER_USE_PAGED": "1"}}  # as without versions
+    assert task_runtime_env(plain, 0)["env_vars"] == {"RAY_worker_niceness": "0", "SGLANG_FLASHINFER_USE_PAGED": "1"}
     one = spec_from_dict(small(versions={"sglang": ["0.5.11"], "wheelhouse": "/w"}))
     env = task_runtime_env(one)
     assert env["env_vars"] == {"SGLANG_FLASHINFER_USE_PAGED": "1"}

@@ -92,14 +92,22 @@ def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] =
                                                                    "import_s": imported}
 
 
-def task_runtime_env(spec: JobSpec) -> dict:
+def task_runtime_env(spec: JobSpec, niceness: Optional[int] = None) -> dict:
     """A task's Ray runtime_env: the job's env flags, and its versions: environment's pip install (one per run:
-    submission.py gives each environment a run of its own)."""
+    submission.py gives each environment a run of its own). With niceness, Ray starts the task's worker process at
+    it (RAY_worker_niceness, which Ray's job manager sets to 0 for its own supervisor; Ray's default is 15); the
+    job's env: is not changed by it, nor are the rows' flags."""
     envs = environments(spec)
     if len(envs) > 1:
         raise DetrunError(f"versions: a run runs one environment, the spec names {len(envs)}; "
                           "detrun submit runs each in a run of its own")
-    return {"env_vars": dict(spec.env), **(envs[0].runtime_env() if envs else {})}
+    nice = {} if niceness is None else {RAY_NICENESS: str(niceness)}
+    return {"env_vars": {**nice, **spec.env}, **(envs[0].runtime_env() if envs else {})}
+
+
+# A task feeds a GPU: on a host whose plan and digest launches take about as long as the kernel, the worker's host
+# work paces the GPU, and Ray's default niceness (15) lets every other process on the machine go first.
+RAY_NICENESS = "RAY_worker_niceness"
 
 
 def not_installed(spec: JobSpec, exc: Exception) -> DetrunError:
@@ -294,7 +302,7 @@ class _ShardRun:
         return self.result
 
     def _loop(self, pg) -> None:
-        self.pg, self.env = pg, task_runtime_env(self.spec)
+        self.pg, self.env = pg, task_runtime_env(self.spec, self.settings.worker_niceness)
         for bundle in self.queues:
             self._launch(bundle)
         while self.pending:

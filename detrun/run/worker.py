@@ -467,8 +467,9 @@ def finish_shard(runner: ShardRunner, cells: Optional[List[Cell]] = None, watchd
     runner.jit.save()  # the modules it compiled, for the next machine
     result["timings"].update(timings or {}, stages=runner.stages.as_dict(), jit_cache=runner.jit.record,
                              memory=task_peaks(runner.device), process_started_unix=process_started_unix(),
-                             steady_trace=runner.trace.points(), steady_host=runner.trace.host(), slot=runner.shard.slot,
-                             run_s=time.perf_counter() - runner.created, returned_unix=time.time())
+                             steady_trace=runner.trace.points(), steady_host=runner.trace.host(),
+                             slot=runner.shard.slot, run_s=time.perf_counter() - runner.created,
+                             returned_unix=time.time())
     return result
 
 
