@@ -2,13 +2,16 @@
 first repeat on two H200s, 246 plans), split into the profiler's start, the run, its stop and reading the
 kernel names, and two cheaper ways measured beside it in the same process:
 
-    python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048]
+    python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048] [--prepare-beside-draws]
 
 - `now`: a session per cell, names from `prof.events()` (what profiling.py does);
 - `raw`: a session per cell, names from the profiler's kineto results (no FunctionEvent tree);
 - `one`: one session for every cell, the cells told apart by marker kernels on their stream
   (detrun/kernels/backends/kernel_session.py, what the FlashInfer backend does since 2026-12-06).
 Each way must find the same kernel names per cell (checked). A cell is `--kernels` matmuls of `--size`.
+The process's first session is split into its prepare (CUPTI's set-up, torch's `_prepare_profiler`, which
+releases the GIL) and its start; with --prepare-beside-draws the prepare runs on a thread while this thread
+draws CPU values as a task's first repeat does: are both as fast as alone?
 Needs CUDA. Prints milliseconds per cell and the ratios of this one run.
 """
 
@@ -73,11 +76,57 @@ def one_session(a, n, cells):
     return ms, groups, MARKER
 
 
+def draws(seconds: float) -> float:
+    """Normal values drawn on this thread's CPU for about `seconds`: values per second."""
+    g, n, t0 = torch.Generator().manual_seed(0), 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.randn(1 << 22, generator=g)
+        n += 1 << 22
+    return n / (time.perf_counter() - t0)
+
+
+def first_session(a, n, beside: bool) -> str:
+    """This process's first session, its prepare and start timed apart; beside: the prepare on a thread while
+    this thread draws (the draws' rate alone first, then beside it)."""
+    import threading
+
+    p = profile(activities=[ProfilerActivity.CUDA])
+    alone = draws(1.0) if beside else 0.0
+    t0 = time.perf_counter()
+    if beside:
+        done = {}
+        thread = threading.Thread(target=lambda: (p.prepare_trace(), done.setdefault("t", time.perf_counter())))
+        thread.start()
+        rate = draws(0.2)
+        while thread.is_alive():
+            rate = min(rate, draws(0.2))
+        thread.join()
+        t1 = done["t"]
+    else:
+        p.prepare_trace()
+        t1 = time.perf_counter()
+    p.start_trace()
+    t2 = time.perf_counter()
+    cell(a, n)
+    torch.cuda.synchronize()
+    t3 = time.perf_counter()
+    p.stop_trace()
+    t4 = time.perf_counter()
+    found = len(names_raw(p))
+    line = (f"first session in this process: prepare {1e3 * (t1 - t0):.1f} ms, start {1e3 * (t2 - t1):.1f} ms, "
+            f"stop {1e3 * (t4 - t3):.1f} ms; {found} kernel names")
+    if beside:
+        line += (f"; the prepare on a thread beside this thread's draws: draws {rate / 1e6:.0f} M values/s at the "
+                 f"slowest 0.2 s (alone {alone / 1e6:.0f} M/s)")
+    return line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cells", type=int, default=60)
     ap.add_argument("--kernels", type=int, default=4, help="matmul + tanh pairs per cell")
     ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--prepare-beside-draws", action="store_true", help="the first prepare on a thread (above)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("profile_cost.py: needs CUDA (it times torch.profiler's CUDA activity)", file=sys.stderr)
@@ -86,8 +135,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
     a = torch.randn(args.size, args.size, device="cuda") / args.size ** 0.5
     cell(a, args.kernels)
-    first, _ = per_cell(a, args.kernels, 1, names_events)  # this process's first session: CUPTI's set-up
-    print(f"first session in this process: {sum(first[0]):.1f} ms (start {first[0][0]:.1f}, stop {first[0][2]:.1f})")
+    print(first_session(a, args.kernels, args.prepare_beside_draws))  # CUPTI's set-up
     per_cell(a, args.kernels, 3, names_events)  # warm-up: CUPTI and the kernels
     torch.cuda.synchronize()
     t = time.perf_counter()

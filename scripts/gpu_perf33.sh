@@ -87,7 +87,8 @@ only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cu
 # the CPU draws on 8 (a task's) and 15 threads
 named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
 # what one kernel-audit profile costs, and two cheaper ways
-named profcost && bench_step profcost 60 bench/profile_cost.py
+named profcost && bench_step profcost 60 bench/profile_cost.py && bench_step profcost-beside 60 bench/profile_cost.py \
+  --cells 10 --prepare-beside-draws
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
 named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
 # the same steady cells in this process, in a Ray task at Ray's niceness (15) and at 0: what Ray costs the host
