@@ -171,14 +171,15 @@ def main(argv: Optional[List[str]] = None):
     ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
     ap.add_argument("--ray-env", action="append", metavar="K=V", help="with --in-ray: in the task's runtime_env")
     args = ap.parse_args(argv)
-    print(f"process {os.getpid()}: niceness {os.nice(0)}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-          f"torch threads {torch.get_num_threads()}, CPU affinity {len(os.sched_getaffinity(0))} of {os.cpu_count()}",
-          flush=True)
     spec = load_spec(args.job, args.overrides)
     os.environ.update(spec.env)  # what Ray's runtime_env does for a task
     r, variants = args.repeats, args.variants.split()
     timed_repeats = args.rounds * len(variants) * r
+    threads = torch.get_num_threads()
     runner = ShardRunner(spec, Shard(0, tuple(range(1 + timed_repeats + 2 * r))), "cell-profile")
+    print(f"process {os.getpid()}: niceness {os.nice(0)}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+          f"torch threads {threads} (the runner's {torch.get_num_threads()}), CPU affinity "
+          f"{len(os.sched_getaffinity(0))} of {os.cpu_count()}", flush=True)
     batches: dict = {}
     defaults = runner.depth, getattr(runner, "streams", None) is not None
     run_cells(runner, spec, [0], batches)  # warm-up: inputs, graphs, kernel profile

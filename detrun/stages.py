@@ -207,9 +207,10 @@ def host_clocks() -> Tuple[float, float, float]:
 
 
 def host_busy(shard_timings: Dict[str, dict]) -> str:
-    """How busy the host was over the tasks' steady cells: the cells' thread on a CPU (near 100%: the host's own
-    work paced the cells; well under: the thread waited, for the device or to be scheduled) and the process's
-    CPUs ("" when no task recorded it). A slow host says which it is."""
+    """How busy the host was over the tasks' steady cells: the cells' thread on a CPU and the process's CPUs (""
+    when no task recorded it). Well under 100%: the thread was off its CPU (descheduled, or blocked in a wait that
+    sleeps). CUDA's waits for the device spin by default, so near 100% means host work or a device wait: the
+    steady line's `device wait` tells them apart."""
     found = [t["steady_host"] for t in shard_timings.values() if t.get("steady_host")]
     wall = sum(h["wall_s"] for h in found)
     if not found or wall <= 0:
@@ -218,7 +219,8 @@ def host_busy(shard_timings: Dict[str, dict]) -> str:
     process = sum(h["process_cpu_s"] for h in found) / wall
     nice = sorted({h["niceness"] for h in found if "niceness" in h})
     at = f", niceness {'/'.join(map(str, nice))}" if nice else ""
-    return (f"host in the steady cells: the cells' thread on a CPU {100 * thread:.0f}% of the wall, the process "
+    return (f"host in the steady cells: the cells' thread on a CPU {100 * thread:.0f}% of the wall (device waits "
+            f"spin on it too), the process "
             f"{process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s{at})")
 
 

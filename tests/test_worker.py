@@ -114,6 +114,20 @@ def test_the_next_cell_is_launched_before_the_host_waits_for_a_kernel(monkeypatc
     assert [r["key"] for r in rows] == _in_cell_order(data)
 
 
+def test_a_runner_runs_on_one_intra_op_thread_as_a_ray_task_does():
+    """Whatever the process had (a plain process: one per core), as Ray's OMP_NUM_THREADS=1 gives a task; on a GPU
+    16 threads slowed a steady cell's host work by ~25% (docs/performance.md)."""
+    from detrun.run.worker import ShardRunner
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ShardRunner(spec_from_dict(small(modes=["eager"], repeats=1)), Shard(0, (0,)), "w-threads")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_digests_get_a_low_priority_stream_and_cells_a_high_priority_one_where_there_is_a_gpu(monkeypatch):
     """DETRUN_DIGEST_STREAM=low (the default): on a GPU, cells run on a high-priority stream and digests on a
     stream of their own, so graph outputs are kept (cloned); same, or no GPU: one stream."""

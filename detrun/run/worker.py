@@ -150,9 +150,11 @@ class ShardRunner:
         context = dict(context or {})
         self.jit = JitCache(context.pop(JIT_CACHE, None), self.stages)  # FlashInfer's compiled modules
         self.device = pick_device()
-        if self.device.type == "cpu":
-            torch.set_num_threads(1)  # CPU BLAS results can depend on the thread count
-        else:
+        # One intra-op thread, as a Ray task of <= 1 CPU has (Ray sets OMP_NUM_THREADS=1): on the CPU, BLAS results
+        # can depend on the thread count; on a GPU, a steady cell's host work (plan, digest launch) took ~25% longer
+        # in a process with 16 (bench/cell_profile.py on an H100, 2026-12-07: docs/performance.md).
+        torch.set_num_threads(1)
+        if self.device.type != "cpu":
             with self.stages("cuda context"):
                 torch.empty(1, device=self.device)
             prewarm(self.device)  # the digest kernel loads while the backend and inputs are built
