@@ -151,9 +151,16 @@ def main() -> None:
         print(f"{way}: {sum(med):.2f} ms per cell (start {med[0]:.2f}, run {med[1]:.2f}, stop {med[2]:.2f}, "
               f"read names {med[3]:.2f}); {len(names)} kernel names")
     ms, groups, mark = one_session(a, args.kernels, args.cells)
-    same = len(groups) == args.cells and all(g == rows["now"][1] for g in groups)
+    from detrun.kernels.backends.kernel_session import NAME_CHARS
+
+    kept = sorted({n[:NAME_CHARS] for n in rows["now"][1]})  # the names as the rows keep them
+    same = len(groups) == args.cells and all(g == kept for g in groups)
     print(f"one: {ms:.2f} ms per cell in one session (marker {mark!r}, {len(groups)} cells told apart); "
           f"same names per cell as `now`: {same}")
+    if not same:  # say how: which cells, and what they held
+        odd = [i for i, g in enumerate(groups) if g != kept]
+        print(f"  cells that differ: {len(odd)} of {len(groups)}, the first (cell {odd[0] if odd else '-'}): "
+              f"{groups[odd[0]] if odd else []} against `now`'s {kept}")
     print(f"bare cell {bare:.2f} ms; profile cost over the bare cell: now {rows['now'][0] - bare:.2f} ms, "
           f"raw {rows['raw'][0] - bare:.2f} ms, one {ms - bare:.2f} ms; "
           f"raw/now {rows['raw'][0] / rows['now'][0]:.2f}x, one/now {ms / rows['now'][0]:.2f}x; "

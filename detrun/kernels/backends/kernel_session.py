@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 MARKER = "spin_kernel"  # at::cuda::(anonymous namespace)::spin_kernel, launched by torch.cuda._sleep
+NAME_CHARS = 300  # a kernel name as the rows keep it: its first characters (templated GEMM names run longer)
 
 Event = Tuple[int, int, str]  # a device event of the session: (start ns, stream, name)
 
@@ -27,7 +28,7 @@ class ProfileError(RuntimeError):
 
 
 def split_by_markers(events: Sequence[Event], cells: int) -> List[List[str]]:
-    """Per marker pair, in order: the sorted names (cut to 300 characters) of the events on the pair's stream
+    """Per marker pair, in order: the sorted names (cut to NAME_CHARS) of the events on the pair's stream
     that started between its two markers. Events on other streams (digests of earlier cells, a graph's
     warm-up on its side stream) are not a cell's."""
     marks = sorted(e for e in events if MARKER in e[2])
@@ -45,7 +46,7 @@ def split_by_markers(events: Sequence[Event], cells: int) -> List[List[str]]:
             raise ProfileError(f"kernel profile: a cell's markers ran on two streams ({stream}, {stream_end})")
         rows = by_stream.get(stream, [])
         inside = rows[bisect.bisect_right(rows, (begin, "\uffff")):bisect.bisect_left(rows, (end, ""))]
-        groups.append(sorted({name[:300] for _, name in inside}))
+        groups.append(sorted({name[:NAME_CHARS] for _, name in inside}))
     if groups and not any(groups):  # every cell runs a kernel: the events are not where the markers say
         raise ProfileError(f"kernel profile: no device event on the markers' stream between any of {cells} pairs")
     return groups

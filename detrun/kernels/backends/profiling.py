@@ -19,7 +19,7 @@ from ...errors import first_line
 from ...spec.matrix import share_of
 from ...stages import PROFILE_START, PROFILE_STOP
 from .base import capture_and_replay
-from .kernel_session import ProfileSession
+from .kernel_session import NAME_CHARS, ProfileSession
 
 log = logging.getLogger(__name__)
 
@@ -118,4 +118,4 @@ class KernelProfiling:
                     run()
                 torch.cuda.synchronize(device)
             names = {e.name for e in prof.events() if str(e.device_type).endswith("CUDA")}
-        return sorted(n[:300] for n in names)
+        return sorted(n[:NAME_CHARS] for n in names)
