@@ -156,8 +156,15 @@ def in_ray(argv: List[str], env: Dict[str, str]) -> None:
 def main(argv: Optional[List[str]] = None):
     argv = sys.argv[1:] if argv is None else argv
     if "--in-ray" in argv:
-        env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--ray-env")
-        rest = [a for i, a in enumerate(argv) if a != "--in-ray" and "--ray-env" not in argv[max(i - 1, 0):i + 1]]
+        env: Dict[str, str] = {}
+        rest: List[str] = []
+        args_in = iter(argv)
+        for a in args_in:
+            if a == "--ray-env":  # K=V: the task's runtime_env, not main's
+                k, _, v = next(args_in, "").partition("=")
+                env[k] = v
+            elif a != "--in-ray":
+                rest.append(a)
         return in_ray(rest, env)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
