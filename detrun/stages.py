@@ -220,8 +220,7 @@ def host_busy(shard_timings: Dict[str, dict]) -> str:
     nice = sorted({h["niceness"] for h in found if "niceness" in h})
     at = f", niceness {'/'.join(map(str, nice))}" if nice else ""
     return (f"host in the steady cells: the cells' thread on a CPU {100 * thread:.0f}% of the wall (device waits "
-            f"spin on it too), the process "
-            f"{process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s{at})")
+            f"spin on it too), the process {process:.2f} CPUs ({len(found)} task(s), {wall:.1f} s{at})")
 
 
 def _at(points: List[list], when: float) -> Tuple[float, float]:

@@ -92,6 +92,11 @@ def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] =
                                                                    "import_s": imported}
 
 
+# Ray starts its workers at niceness 15 (raylet's worker_niceness), below every other process on the machine; a task
+# feeds a GPU, so it runs at DETRUN_WORKER_NICENESS (0 unless set), as Ray's job manager starts its own supervisor.
+RAY_NICENESS = "RAY_worker_niceness"
+
+
 def task_runtime_env(spec: JobSpec, niceness: Optional[int] = None) -> dict:
     """A task's Ray runtime_env: the job's env flags, and its versions: environment's pip install (one per run:
     submission.py gives each environment a run of its own). With niceness, Ray starts the task's worker process at
@@ -104,10 +109,6 @@ def task_runtime_env(spec: JobSpec, niceness: Optional[int] = None) -> dict:
     nice = {} if niceness is None else {RAY_NICENESS: str(niceness)}
     return {"env_vars": {**nice, **spec.env}, **(envs[0].runtime_env() if envs else {})}
 
-
-# A task feeds a GPU: on a host whose plan and digest launches take about as long as the kernel, the worker's host
-# work paces the GPU, and Ray's default niceness (15) lets every other process on the machine go first.
-RAY_NICENESS = "RAY_worker_niceness"
 
 
 def not_installed(spec: JobSpec, exc: Exception) -> DetrunError:
