@@ -155,17 +155,6 @@ def in_ray(argv: List[str], env: Dict[str, str]) -> None:
 
 def main(argv: Optional[List[str]] = None):
     argv = sys.argv[1:] if argv is None else argv
-    if "--in-ray" in argv:
-        env: Dict[str, str] = {}
-        rest: List[str] = []
-        args_in = iter(argv)
-        for a in args_in:
-            if a == "--ray-env":  # K=V: the task's runtime_env, not main's
-                k, _, v = next(args_in, "").partition("=")
-                env[k] = v
-            elif a != "--in-ray":
-                rest.append(a)
-        return in_ray(rest, env)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("job")
     ap.add_argument("--set", action="append", default=[], dest="overrides")
@@ -178,6 +167,8 @@ def main(argv: Optional[List[str]] = None):
     ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
     ap.add_argument("--ray-env", action="append", metavar="K=V", help="with --in-ray: in the task's runtime_env")
     args = ap.parse_args(argv)
+    if args.in_ray:  # the task runs these arguments without --in-ray (its --ray-env then goes unread)
+        return in_ray([a for a in argv if a != "--in-ray"], dict(kv.partition("=")[::2] for kv in args.ray_env or ()))
     spec = load_spec(args.job, args.overrides)
     os.environ.update(spec.env)  # what Ray's runtime_env does for a task
     r, variants = args.repeats, args.variants.split()

@@ -24,6 +24,8 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from detrun.kernels.backends.kernel_session import MARKER, NAME_CHARS, ProfileSession
+
 
 def cell(a, n):
     for _ in range(n):
@@ -62,8 +64,6 @@ def per_cell(a, n, cells, reader):
 def one_session(a, n, cells):
     """(ms per cell, names of each cell, the marker's name) with one session as the FlashInfer backend keeps it
     (kernel_session.py): a marker kernel before and after each cell on its stream, no wait between cells."""
-    from detrun.kernels.backends.kernel_session import MARKER, ProfileSession
-
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     session, groups = ProfileSession(torch.device("cuda")), []
@@ -151,8 +151,6 @@ def main() -> None:
         print(f"{way}: {sum(med):.2f} ms per cell (start {med[0]:.2f}, run {med[1]:.2f}, stop {med[2]:.2f}, "
               f"read names {med[3]:.2f}); {len(names)} kernel names")
     ms, groups, mark = one_session(a, args.kernels, args.cells)
-    from detrun.kernels.backends.kernel_session import NAME_CHARS
-
     kept = sorted({n[:NAME_CHARS] for n in rows["now"][1]})  # the names as the rows keep them
     same = len(groups) == args.cells and all(g == kept for g in groups)
     print(f"one: {ms:.2f} ms per cell in one session (marker {mark!r}, {len(groups)} cells told apart); "
