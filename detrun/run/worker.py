@@ -283,30 +283,37 @@ class ShardRunner:
         """Per request (rows bounds[i]:bounds[i+1]), its digest columns (and first-seen tensor bytes, when
         stored); names holds, after the requests' digests, their last rows' (none: each request is one row)."""
         fields, n = [], len(bounds) - 1
+        # per tensor: its column names, dtype, row shape and digests (looked up once per cell, not per request)
+        parts = [(f"{name}_digest", f"{name}_dtype", f"{name}_shape", f"last_{name}_digest", t, dtype_name(t),
+                  list(t.shape[1:]), digests, len(digests) > n)
+                 for name, t, digests in (("out", output.out, names[0]), ("lse", output.lse, names[1]))]
         for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            f = {}
-            for name, t, digests in (("out", output.out, names[0]), ("lse", output.lse, names[1])):
-                digest, last = digests[i], digests[n + i] if len(digests) > n else digests[i]
+            f: Dict[str, object] = {}
+            for digest_col, dtype_col, shape_col, last_col, t, dtype, tail, digests, lasts in parts:
+                digest = digests[i]
                 if self.spec.store_tensors and digest not in self.blobs:
                     with self.stages("tensor copy"):
                         self.blobs[digest] = tensor_bytes(t[a:b])
-                f.update({f"{name}_digest": digest, f"{name}_dtype": dtype_name(t),
-                          f"{name}_shape": [b - a, *t.shape[1:]], f"last_{name}_digest": last})
+                f[digest_col], f[dtype_col], f[shape_col] = digest, dtype, [b - a, *tail]
+                f[last_col] = digests[n + i] if lasts else digest
             fields.append(f)
         return fields
 
     def _rows(self, cell: Cell, status: str, reason: str = "", output: Optional[Output] = None,
               digests: Optional[List[dict]] = None):
-        if output is not None:
-            ran = dict(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
-                       kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms,
-                       wiring=json.dumps(output.wiring, sort_keys=True) if output.wiring is not None else "")
+        # the cell's fields, built once; each request's row is a copy with its own (the driver orders the columns)
+        base = dict(self.common, case=cell.case, mode=cell.mode, phase=cell.phase, repeat=cell.repeat,
+                    status=Status(status).value, reason=reason)  # a plain str
+        if output is not None and digests is not None:
+            base.update(attn=output.attn, path=output.path, plan=json.dumps(output.plan, sort_keys=True),
+                        kernels=output.kernels, plan_ms=output.plan_ms, run_ms=output.run_ms,
+                        wiring=json.dumps(output.wiring, sort_keys=True) if output.wiring is not None else "")
         for i, request in enumerate(self.spec.members(cell.case)):
-            key = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
-            row = dict(self.common, key=key, case=cell.case, request=request, mode=cell.mode, phase=cell.phase,
-                       repeat=cell.repeat, status=Status(status).value, reason=reason)  # a plain str
+            row = base.copy()
+            row["key"] = row_key(cell.case, request, cell.mode, cell.repeat, self.shard.slot, cell.phase)
+            row["request"] = request
             if output is not None and digests is not None:
-                row.update(digests[i], **ran)
+                row.update(digests[i])
             self.rows.append(row)
 
     def _failed(self, cell: Cell, exc: Exception) -> None:
