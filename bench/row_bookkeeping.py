@@ -81,7 +81,7 @@ def main() -> None:
     for label, code in (("this code", ROOT), ("--code", args.code)):
         if not code:
             continue
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(code))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(code), os.environ.get("PYTHONPATH")])))
         out = subprocess.run([sys.executable, os.path.abspath(__file__), args.job, "--cells", str(args.cells),
                               "--rounds", str(args.rounds), "--json"], env=env, cwd=os.path.abspath(code),
                              check=True, capture_output=True, text=True).stdout
