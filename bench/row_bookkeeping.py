@@ -3,10 +3,10 @@
     python bench/row_bookkeeping.py [bench/jobs/sweep10k.yaml] [--code DIR] [--cells 200] [--rounds 5]
 
 The sweep's prefill cells, each with its requests' row bounds, stand-in lanes (random: the names' cost does
-not depend on the values) and a stand-in plan; a ShardRunner of the reference backend on the CPU writes them.
+not depend on the values) and a stand-in plan; a ShardRunner of the job (its backend built, no cell run) writes them.
 Prints microseconds per cell for this code and, with --code DIR (the code before a change, from a checkout
-that has `digest._heads`), for that code in a second process, and the ratio. CPU only: the same work runs on a
-GPU worker's host thread.
+that has `digest._heads`), for that code in a second process, and the ratio. No GPU work: the same host work runs on a
+GPU worker's thread (run on a GPU machine, it times that host's CPU).
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def main() -> None:
     for label, code in (("this code", ROOT), ("--code", args.code)):
         if not code:
             continue
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.abspath(code), os.environ.get("PYTHONPATH")])))
+        paths = [os.path.abspath(code), os.environ.get("PYTHONPATH", "")]  # the code first, then what was there
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
         out = subprocess.run([sys.executable, os.path.abspath(__file__), args.job, "--cells", str(args.cells),
                               "--rounds", str(args.rounds), "--json"], env=env, cwd=os.path.abspath(code),
                              check=True, capture_output=True, text=True).stdout
