@@ -123,19 +123,21 @@ WORKERS_PER_GPU, MAX_WORKERS_PER_GPU = "DETRUN_WORKERS_PER_GPU", 8
 WORKER_NICENESS = "DETRUN_WORKER_NICENESS"
 
 
+def _whole(environ: Mapping[str, str], name: str, low: int, high: int, default: int, note: str = "") -> int:
+    """A whole-number setting in [low, high] (default when unset; note: said after it in the error)."""
+    raw = environ.get(name, str(default))
+    if not raw.strip().isdigit() or not low <= int(raw) <= high:
+        raise DetrunError(f"{name}={raw!r}: expected a whole number from {low} to {high} (unset: {default}{note})")
+    return int(raw)
+
+
 def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettings:
     """The driver's settings from its environment (os.environ by default), checked: the CLI reads them when a
     command starts, so a bad value is a one-line usage error (DetrunError, exit 2) naming the variable."""
     environ = os.environ if environ is None else environ
     values: Dict[str, float] = {}
-    workers = environ.get(WORKERS_PER_GPU, "1")
-    if not workers.strip().isdigit() or not 1 <= int(workers) <= MAX_WORKERS_PER_GPU:
-        raise DetrunError(f"{WORKERS_PER_GPU}={workers!r}: expected a whole number from 1 to {MAX_WORKERS_PER_GPU} "
-                          "(unset: 1)")
-    nice = environ.get(WORKER_NICENESS, "0")
-    if not nice.strip().isdigit() or not 0 <= int(nice) <= 19:
-        raise DetrunError(f"{WORKER_NICENESS}={nice!r}: expected a whole number from 0 to 19 (unset: 0; Ray's own "
-                          "default is 15)")
+    workers = _whole(environ, WORKERS_PER_GPU, 1, MAX_WORKERS_PER_GPU, 1)
+    nice = _whole(environ, WORKER_NICENESS, 0, 19, 0, "; Ray's own default is 15")
     for field in fields(DriverSettings):
         if field.name not in DRIVER_VARIABLES:
             continue
@@ -150,4 +152,4 @@ def driver_settings(environ: Optional[Mapping[str, str]] = None) -> DriverSettin
         if not math.isfinite(value) or value <= 0:
             raise DetrunError(f"{name}={raw!r}: expected a number of seconds > 0 (unset: {field.default})")
         values[field.name] = value
-    return DriverSettings(**values, workers_per_gpu=int(workers), worker_niceness=int(nice))
+    return DriverSettings(**values, workers_per_gpu=workers, worker_niceness=nice)

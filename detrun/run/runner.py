@@ -100,15 +100,13 @@ RAY_NICENESS = "RAY_worker_niceness"
 def task_runtime_env(spec: JobSpec, niceness: Optional[int] = None) -> dict:
     """A task's Ray runtime_env: the job's env flags, and its versions: environment's pip install (one per run:
     submission.py gives each environment a run of its own). With niceness, Ray starts the task's worker process at
-    it (RAY_worker_niceness, which Ray's job manager sets to 0 for its own supervisor; Ray's default is 15); the
-    job's env: is not changed by it, nor are the rows' flags."""
+    it (RAY_NICENESS, above); neither the job's env: nor the rows' flags change."""
     envs = environments(spec)
     if len(envs) > 1:
         raise DetrunError(f"versions: a run runs one environment, the spec names {len(envs)}; "
                           "detrun submit runs each in a run of its own")
     nice = {} if niceness is None else {RAY_NICENESS: str(niceness)}
     return {"env_vars": {**nice, **spec.env}, **(envs[0].runtime_env() if envs else {})}
-
 
 
 def not_installed(spec: JobSpec, exc: Exception) -> DetrunError:
