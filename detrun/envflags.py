@@ -41,7 +41,9 @@ def parse_bool(name: str, value: str) -> bool:
 
 DIGEST_DEPTH = "DETRUN_DIGEST_DEPTH"
 DIGEST_STREAM = "DETRUN_DIGEST_STREAM"
+DIGEST_GRAPHS = "DETRUN_DIGEST_GRAPHS"
 DEFAULT_DIGEST_DEPTH, DEFAULT_DIGEST_STREAM = "4", "low"  # docs/performance.md, "Steady overhead"
+DEFAULT_DIGEST_GRAPHS = "on"  # docs/performance.md, "A cell's digest launch from a CUDA graph"
 
 
 def digest_depth(value: str) -> int:
@@ -59,6 +61,18 @@ def digest_stream(value: str) -> bool:
         raise ValueError(f"{DIGEST_STREAM}={value!r}: expected low or same")
     return value == "low"
 
+
+def digest_graphs(value: str) -> bool:
+    """DETRUN_DIGEST_GRAPHS: "on" (a cell's digest launch replayed from a CUDA graph per layout,
+    kernels/digest_graphs.py) or "off" (launched from Python each time); a boolean word says the same (YAML reads
+    an unquoted off as false). ValueError naming it otherwise."""
+    low = value.lower()
+    if low not in ("on", "off", *TRUE_WORDS, *FALSE_WORDS):
+        raise ValueError(f"{DIGEST_GRAPHS}={value!r}: expected on or off")
+    return low == "on" or low in TRUE_WORDS
+
+
+TASK_SETTINGS = {DIGEST_DEPTH: digest_depth, DIGEST_STREAM: digest_stream, DIGEST_GRAPHS: digest_graphs}  # checks
 
 
 def tensor_core_flag(raw: Optional[str]) -> Optional[bool]:
@@ -83,6 +97,7 @@ class TaskFlags:
     tensor_core: Optional[bool] = None  # SGLANG_FLASHINFER_USE_TENSOR_CORE (None: unset)
     digest_depth: int = int(DEFAULT_DIGEST_DEPTH)  # DETRUN_DIGEST_DEPTH
     digest_low_stream: bool = DEFAULT_DIGEST_STREAM == "low"  # DETRUN_DIGEST_STREAM
+    digest_graphs: bool = DEFAULT_DIGEST_GRAPHS == "on"  # DETRUN_DIGEST_GRAPHS
     recorded: Tuple[Tuple[str, str], ...] = ()  # (name, value) as the task saw them: the row's `flags`
 
     @classmethod
@@ -94,6 +109,7 @@ class TaskFlags:
             tensor_core=tensor_core_flag(environ.get(TENSOR_CORE_FLAG)),
             digest_depth=digest_depth(environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH)),
             digest_low_stream=digest_stream(environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)),
+            digest_graphs=digest_graphs(environ.get(DIGEST_GRAPHS, DEFAULT_DIGEST_GRAPHS)),
             recorded=tuple((k, environ[k]) for k in sorted(set(names) | BOOL_FLAGS) if k in environ))
 
     @property

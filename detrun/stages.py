@@ -61,10 +61,13 @@ GC_ROW = "gc pauses (inside the stages above)"
 PROFILE_START, PROFILE_STOP = "profile: session start", "profile: session stop"
 PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last copy (kernels/backends/staging.py)
 KERNEL = "kernel"
+DIGEST_CAPTURE, DIGEST_REPLAY = "digest graph: capture", "digest graph: replay"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
     "forward": ("plan", PLAN_WAIT, "graph warm-up", "graph capture", "profile", PROFILE_START, PROFILE_STOP),
+    # kernels/digest_graphs.py: captures, and the launches replayed (a count: their seconds are the digest's)
+    "digest": (DIGEST_CAPTURE, DIGEST_REPLAY),
 }
 # A cell whose case and mode already ran in its task: its wall (forward + digests + rows), and the
 # seconds of these stages within it (recorded as "steady cell: <stage>").

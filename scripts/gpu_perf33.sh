@@ -7,9 +7,9 @@
 #   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
-#            DETRUN_GPU_ONLY="paged sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-w4 bits": only those (sweep-w4,
+#            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
 #            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
-#            2 workers); DETRUN_GPU_BUDGET_S
+#            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
 set -uo pipefail
@@ -82,6 +82,8 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
   local rc=$?; cat "$OUT/$id.log"
   S+=("$id ($*): exit $rc" "$(sed 's/^/  /' "$OUT/$id.log")")
 }
+# a cell's digest launch from a CUDA graph: the same bits as a plain launch, and the host's time per launch
+only dgraph && bench_step dgraph 90 scripts/digest_graph_check.py
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
 # the CPU draws on 8 (a task's) and 15 threads
@@ -105,6 +107,7 @@ fi
 only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
+only sweep-ng && sweep_new sweep-ng 1 --set env.DETRUN_DIGEST_GRAPHS=off  # the same, digests launched as before
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds

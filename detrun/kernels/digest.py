@@ -23,11 +23,14 @@ import logging
 import math
 import os
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import torch
 
 from .splitmix import C1, C2, SALTS
+
+if TYPE_CHECKING:
+    from .digest_graphs import DigestGraphs
 
 log = logging.getLogger(__name__)
 
@@ -182,15 +185,26 @@ def split_lanes(t: torch.Tensor, bounds: Sequence[int], impl: str = "",
     return out
 
 
+def _one_launch(tensors: Sequence[torch.Tensor]) -> bool:
+    """Do these tensors' digests take one Triton launch?"""
+    return len(tensors) <= 2 and implementation(tensors[0]) == "triton"
+
+
+def _launch(parts) -> torch.Tensor:
+    """The lanes of the parts (digest_triton.Part) in one Triton launch, into lanes zeroed here."""
+    from .digest_triton import triton_lanes
+
+    lanes = torch.zeros(sum(len(counts) for _, counts, _ in parts), 2, dtype=torch.int64, device=parts[0][0].device)
+    return triton_lanes(parts, lanes)
+
+
 def cell_lanes(tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()) -> torch.Tensor:
     """split_lanes of each tensor, stacked [len(tensors) * segments, 2]: on the Triton path a cell's output
     and LSE (one or two tensors) are digested in one launch."""
+    if _one_launch(tensors):
+        return _launch([_segments(t, bounds, rows) for t in tensors])
     segments = len(bounds) - 1 + len(rows)
     lanes = torch.zeros(len(tensors) * segments, 2, dtype=torch.int64, device=tensors[0].device)
-    if len(tensors) <= 2 and implementation(tensors[0]) == "triton":
-        from .digest_triton import triton_lanes
-
-        return triton_lanes([_segments(t, bounds, rows) for t in tensors], lanes)
     for i, t in enumerate(tensors):
         split_lanes(t, bounds, out=lanes[i * segments : (i + 1) * segments], rows=rows)
     return lanes
@@ -208,29 +222,41 @@ class PendingDigests:
     """A cell's digests, launched: the lanes are computed and copied to the host behind the work
     already queued on the device; names() waits for them (by then, usually long done)."""
 
-    def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = ()):
+    def __init__(self, tensors: Sequence[torch.Tensor], bounds: Sequence[int], rows: Sequence[int] = (),
+                 graphs: Optional["DigestGraphs"] = None):
         """Digests of the row ranges [bounds[i], bounds[i+1]) of each tensor, then of each single row in
-        `rows` (each the digest of that row alone, as a tensor of one row)."""
+        `rows` (each the digest of that row alone, as a tensor of one row); graphs: replay the launch from a
+        CUDA graph where one is due (digest_graphs.py)."""
         cut, singles = tuple(bounds), tuple(rows)
         self.heads = [_heads(dtype_name(t), tuple(t.shape[1:]), cut, singles) for t in tensors]
-        self.event = None
+        self.event, self.graph = None, None
         if not tensors:
             self.host = torch.empty(0, 2, dtype=torch.int64)
             return
         device = tensors[0].device
-        lanes = cell_lanes(tensors, bounds, rows)
-        if device.type == "cuda":  # a pinned copy, so the host need not wait here
+        if graphs is not None and _one_launch(tensors):
+            parts = [_segments(t, bounds, rows) for t in tensors]
+            self.graph = graphs.launch(parts)
+            lanes = self.graph.lanes if self.graph is not None else _launch(parts)
+        else:
+            lanes = cell_lanes(tensors, bounds, rows)
+        if self.graph is not None:  # the graph's pinned buffer: read (and freed) in wait()
+            self.host = self.graph.host
+        elif device.type == "cuda":  # a pinned copy, so the host need not wait here
             self.host = torch.empty(lanes.shape, dtype=torch.int64, pin_memory=True).copy_(lanes, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record(torch.cuda.current_stream(device))
         else:
             self.host = lanes.cpu()
+        if device.type == "cuda":
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(device))
 
     def wait(self) -> None:
         """Wait until the lanes are on the host (the kernels queued before them have run)."""
         if self.event is not None:
             self.event.synchronize()
             self.event = None
+        if self.graph is not None:
+            self.host, self.graph = self.graph.read(), None
 
     def names(self) -> List[List[str]]:
         """Per tensor, the 128-bit hex digest of each row range."""

@@ -10,7 +10,7 @@ Imported only where a digest takes this path.
 from __future__ import annotations
 
 import functools
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import triton
@@ -100,14 +100,18 @@ def _table(parts: Tuple[Tuple[Tuple[int, ...], Tuple[int, ...]], ...], device: s
 Part = Tuple[torch.Tensor, Sequence[int], Sequence[int]]  # flat words, segment word counts, segment word offsets
 
 
-def triton_lanes(parts: Sequence[Part], lanes: torch.Tensor) -> torch.Tensor:
+def lanes_table(parts: Sequence[Part], device) -> Tuple[Tuple[int, ...], tuple]:
+    """_table of these parts (the programs per part and the program table on the device)."""
+    return _table(tuple((tuple(counts), tuple(starts)) for _, counts, starts in parts), str(device))
+
+
+def triton_lanes(parts: Sequence[Part], lanes: torch.Tensor, table: Optional[tuple] = None) -> torch.Tensor:
     """Adds to lanes [segments, 2] int64 (zeroed) the lanes of one or two flat word tensors' segments, each
     part (flat words, segment word counts, segment word offsets: any order, overlapping), in one launch;
-    the parts' segments are numbered on in order."""
+    the parts' segments are numbered on in order. table: lanes_table(parts), when the caller holds it."""
     if not 1 <= len(parts) <= 2:
         raise ValueError(f"one launch digests one or two tensors, not {len(parts)}")
-    key = tuple((tuple(counts), tuple(starts)) for _, counts, starts in parts)
-    programs, (seg, chunk, first, sizes) = _table(key, str(lanes.device))
+    programs, (seg, chunk, first, sizes) = table if table is not None else lanes_table(parts, lanes.device)
     if sum(programs) == 0:
         return lanes
     a, b = parts[0][0], parts[-1][0]

@@ -30,6 +30,7 @@ from ..kernels.backends.base import (
 )
 from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
+from ..kernels.digest_graphs import DigestGraphs
 from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
@@ -209,6 +210,9 @@ class ShardRunner:
         if self.backend is not None:
             self.backend.in_flight = self.depth
         self.lag = digest_lag(self.depth)  # 0: unbounded (bench/cell_profile.py's lag=0)
+        # a cell's digest launch replayed from a CUDA graph per layout (DETRUN_DIGEST_GRAPHS)
+        self.graphs = (DigestGraphs(self.device, self.stages)
+                       if self.flags.digest_graphs and self.device.type == "cuda" else None)
         self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
         if self.flags.digest_low_stream and self.device.type == "cuda":
             self.use_digest_stream(True)
@@ -246,7 +250,7 @@ class ShardRunner:
                 self.streams[1].wait_event(after)
             with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
                 digests = PendingDigests([output.out, output.lse], bounds,
-                                         [] if decode else [b - 1 for b in bounds[1:]])
+                                         [] if decode else [b - 1 for b in bounds[1:]], self.graphs)
         self.pending.append((cell, bounds, output, digests, batch))
         if self.streams and self.lag and len(self.pending) >= self.lag:
             self._bound_lag(self.pending[-self.lag][3])

@@ -12,12 +12,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from ..envflags import (
     BOOL_FLAGS,
-    DIGEST_DEPTH,
-    DIGEST_STREAM,
     FORBIDDEN_FLAGS,
+    TASK_SETTINGS,
     TENSOR_CORE_FLAG,
-    digest_depth,
-    digest_stream,
     parse_bool,
 )
 from ..errors import DetrunError
@@ -242,10 +239,8 @@ class JobSpec(_Model):
             text = ("1" if value else "0") if isinstance(value, bool) else str(value)
             if name in BOOL_FLAGS:
                 parse_bool(name, text)
-            if name == DIGEST_DEPTH:
-                digest_depth(text)
-            if name == DIGEST_STREAM:
-                digest_stream(text)
+            if name in TASK_SETTINGS:
+                TASK_SETTINGS[name](text)
             out[name] = text
         return out
 
