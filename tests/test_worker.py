@@ -218,6 +218,7 @@ def test_a_digest_on_its_own_stream_falls_at_most_lag_cells_behind(monkeypatch, 
     monkeypatch.setattr(torch.cuda, "Stream", Stream)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: None)
     monkeypatch.setattr(worker, "PendingDigests", Pending)
     monkeypatch.setattr(ReferenceBackend, "forward", counted)
     monkeypatch.setenv("DETRUN_DIGEST_DEPTH", "4")

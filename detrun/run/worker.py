@@ -248,9 +248,13 @@ class ShardRunner:
                 after = torch.cuda.Event()
                 after.record(self.streams[0])  # after the kernel, on the main stream (named: no current-stream lookup)
                 self.streams[1].wait_event(after)
-            with torch.cuda.stream(self.streams[1]) if self.streams else contextlib.nullcontext():
+                torch.cuda.set_stream(self.streams[1])  # torch.cuda.stream() would look the current one up
+            try:
                 digests = PendingDigests([output.out, output.lse], bounds,
                                          [] if decode else [b - 1 for b in bounds[1:]], self.graphs)
+            finally:
+                if self.streams:
+                    torch.cuda.set_stream(self.streams[0])  # the cells' stream (their kernels ran on it)
         self.pending.append((cell, bounds, output, digests, batch))
         if self.streams and self.lag and len(self.pending) >= self.lag:
             self._bound_lag(self.pending[-self.lag][3])

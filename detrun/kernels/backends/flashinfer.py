@@ -94,7 +94,8 @@ class FlashInferBackend(KernelProfiling, AttentionBackend):
         self._caches: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_builds: Dict[Tuple[str, str], tuple] = {}
         self._profiled_plans: Set[Tuple[str, str]] = set()  # (path, plan JSON) whose kernels this task recorded
-        self.staging = PlanStaging(self.stages, device.type == "cuda")  # plan()'s pinned buffers, some per wrapper
+        # plan()'s pinned buffers, some per wrapper
+        self.staging = PlanStaging(self.stages, device.type == "cuda", device=device if device.type == "cuda" else None)
         # Decode: chosen once here, as SGLang's should_use_tensor_core runs in FlashInferAttnBackend.__init__.
         self.decode_tensor_cores = decode_tensor_cores(
             self.opts.decode.tensor_cores, self.flags.tensor_core, spec.heads.qo, spec.heads.kv, spec.dtype)
