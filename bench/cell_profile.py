@@ -61,12 +61,15 @@ def run_cells(runner: ShardRunner, spec, repeats, batches) -> int:
     return n
 
 
-def apply(runner: ShardRunner, variant: str, defaults: Tuple[int, bool]) -> None:
+def apply(runner: ShardRunner, variant: str, defaults: tuple) -> None:
     """A variant: "default" (the task's settings), or knobs joined by "+": depth=N (cells in flight), stream or
     same (digests on a low-priority stream of their own, or on the cells' stream), lag=N (how far digests may
-    fall behind; 0: unbounded), gc=auto (the collector scans the whole heap, nothing frozen)."""
+    fall behind; 0: unbounded), gc=auto (the collector scans the whole heap, nothing frozen), graphs=off (digests
+    launched from Python, not replayed from CUDA graphs)."""
     knobs = dict(k.partition("=")[::2] for k in variant.split("+") if k != "default")
-    depth, stream = defaults  # the task's settings, then the variant's knobs
+    depth, stream, graphs = defaults  # the task's settings, then the variant's knobs
+    if hasattr(runner, "graphs"):  # --code: a checkout before digest graphs has none
+        runner.graphs = None if knobs.get("graphs") == "off" else graphs
     runner.depth = int(knobs.get("depth", depth))
     if runner.backend is not None:
         runner.backend.in_flight = runner.depth
@@ -161,7 +164,7 @@ def main(argv: Optional[List[str]] = None):
     ap.add_argument("--repeats", type=int, default=8, help="steady repeats per phase")
     ap.add_argument("--code", default=ROOT, help="the checkout whose detrun package runs (default: this one)")
     ap.add_argument("--variants", default="default",
-                    help='space-separated, each "default" or knobs joined by +: depth=N, stream, same (see apply)')
+                    help='space-separated, each "default" or knobs joined by +: depth=N, stream, same, graphs=off (see apply)')
     ap.add_argument("--rounds", type=int, default=1, help="times each variant is timed, interleaved")
     ap.add_argument("--in-ray", action="store_true", help="run it all in a task of a local Ray (see above)")
     ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
@@ -179,7 +182,7 @@ def main(argv: Optional[List[str]] = None):
           f"torch threads {threads} (the runner's {torch.get_num_threads()}), CPU affinity "
           f"{len(os.sched_getaffinity(0))} of {os.cpu_count()}", flush=True)
     batches: dict = {}
-    defaults = runner.depth, getattr(runner, "streams", None) is not None
+    defaults = runner.depth, getattr(runner, "streams", None) is not None, getattr(runner, "graphs", None)
     run_cells(runner, spec, [0], batches)  # warm-up: inputs, graphs, kernel profile
 
     print(f"code {CODE}")

@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
@@ -91,6 +91,9 @@ named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --thread
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py && bench_step profcost-beside 60 bench/profile_cost.py \
   --cells 10 --prepare-beside-draws
+# the digest graphs on and off, interleaved in one process (bench/cell_profile.py's rounds), from the warm JIT cache
+named graphab && bench_step graphab 150 bench/cell_profile.py "$JOB" --repeats 2 --rounds 3 --rounds-only \
+  --variants "default graphs=off"
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
 named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
 # the same steady cells in this process, in a Ray task at Ray's niceness (15) and at 0: what Ray costs the host
