@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
@@ -111,10 +111,15 @@ only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
 only sweep-ng && sweep_new sweep-ng 1 --set env.DETRUN_DIGEST_GRAPHS=off  # the same, digests launched as before
+if named sweep-head; then  # this code against a running Ray head (a nightly's cluster, --address): no Ray start
+  start_ray
+  (( ${#ADDR[@]} )) && sweep_new sweep-head 1 "${ADDR[@]}"
+  stop_ray
+fi
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-head sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?
