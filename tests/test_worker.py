@@ -249,3 +249,35 @@ def test_a_worker_profiles_its_share_of_the_plans_in_its_first_repeat(store):
     plans = {(r["path"], json.dumps(json.loads(r["plan"]), sort_keys=True)) for r in rows}
     profiled = [r["repeat"] for r in rows if r["kernels"]]
     assert len(plans) == 1 and profiled == [2 * share_of(plans.pop(), 2)]
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_task_that_runs_its_whole_shard_draws_its_first_cases_while_its_backend_is_built(monkeypatch, whole):
+    """run_shard without a cell list (a shard task) starts the first cases' draws before the backend is built; with
+    one (an isolated worker's cell) they start when its cells do, from that cell's case."""
+    from detrun.kernels.inputs import Draws
+    from detrun.run import worker
+
+    log = []
+    prefetch, make = Draws.prefetch, worker.make_backend
+
+    def logged_prefetch(self, keys):
+        keys = list(keys)
+        log.append(("draw", keys[0][1]))
+        return prefetch(self, keys)
+
+    def logged_make(*args, **kwargs):
+        log.append(("backend", ""))
+        return make(*args, **kwargs)
+
+    monkeypatch.setattr(Draws, "prefetch", logged_prefetch)
+    monkeypatch.setattr(worker, "make_backend", logged_make)
+    spec = small(modes=["eager"], repeats=1)
+    cells = list(cells_for(spec_from_dict(spec), (0,)))
+    rows = run_shard(spec, Shard(0, (0,)), "early", cells=None if whole else cells[-1:])["rows"]
+    assert all(r["status"] == "ok" for r in rows) and len(rows) >= (len(cells) if whole else 1)
+    built = log.index(("backend", ""))
+    if whole:
+        assert built > 0 and log[0][0] == "draw"
+    else:
+        assert built == 0 and log[1][0] == "draw"

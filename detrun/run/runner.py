@@ -58,7 +58,7 @@ def shard_task(spec_data: dict, shard: Shard, run_id: str, context: Optional[dic
     System failures (worker crash, node death) are retried once; exceptions never are, so a
     failing or mismatching kernel is not re-run until it happens to pass.
     """
-    runner, timings = _start(spec_data, shard, run_id, context)
+    runner, timings = _start(spec_data, shard, run_id, context, draw_first=True)
     from .worker import finish_shard  # imported by _start, inside its timing
 
     return finish_shard(runner, None, True, timings)
@@ -79,17 +79,18 @@ def cell_task(spec_data: dict, item: Isolated, run_id: str, context: Optional[di
     yield finish_shard(runner, [item.cell], False, timings)
 
 
-def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None, force: bool = False):
+def _start(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None, force: bool = False,
+           draw_first: bool = False):
     """A task's runner, ready for its first cell, and the task's own timings so far. context: the driver's
-    settings for the task (jit_cache: the runs root of FlashInfer's modules)."""
+    settings for the task (jit_cache: the runs root of FlashInfer's modules); draw_first: start_shard's."""
     entered, start = time.time(), time.perf_counter()
     from .worker import start_shard  # torch and detrun: the task's first imports
 
     imported = time.perf_counter() - start
     faults.at_task_start()  # tests' injected crash or sleep (faults.py); nothing unless they set it
     context = {"node_id": ray.get_runtime_context().get_node_id(), **(context or {})}
-    return start_shard(spec_data, shard, run_id, context, force), {"task_entered_unix": entered,
-                                                                   "import_s": imported}
+    return start_shard(spec_data, shard, run_id, context, force, draw_first), {"task_entered_unix": entered,
+                                                                               "import_s": imported}
 
 
 # Ray starts its workers at niceness 15 (raylet's worker_niceness), below every other process on the machine; a task

@@ -144,7 +144,10 @@ def make_backend(name: str, spec: JobSpec, device: torch.device, stages: Optiona
 class ShardRunner:
     """Runs one shard's cells and collects rows and first-seen tensor bytes."""
 
-    def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None):
+    def __init__(self, spec: JobSpec, shard: Shard, run_id: str, context: Optional[dict] = None,
+                 draw_first: bool = False):
+        """draw_first: the shard's first cases' values start on the CPU threads now, while the CUDA context and
+        the backend are built (a task that runs its whole shard; run() starts them otherwise)."""
         self.created = time.perf_counter()  # the task's run_s counts from here
         self.spec, self.shard, self.run_id = spec, shard, run_id
         self.stages = Stages()
@@ -162,6 +165,10 @@ class ShardRunner:
         # The task's flags, parsed once from its environment (Ray's runtime_env set the spec's env there): the
         # backend is built with them and the rows record them (a bad value set on a node fails the task, naming it)
         self.flags = TaskFlags.parse(os.environ, spec.env)
+        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
+        self.draws = Draws(spec, self.device, draw_threads())
+        if draw_first:
+            self._draw_first(list(cells_for(spec, shard.repeats)))
         self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
         self.backend: Optional[AttentionBackend] = None
         self.environment_error = ""  # the task's environment is not the job's: no rows, the run stops (exit 2)
@@ -216,8 +223,6 @@ class ShardRunner:
         self.streams: Optional[tuple] = None  # (main, digests): the digests on a stream of their own
         if self.flags.digest_low_stream and self.device.type == "cuda":
             self.use_digest_stream(True)
-        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
-        self.draws = Draws(spec, self.device, draw_threads())
         # each row's error against an fp64 (CPU) or fp32 (device) reference (spec reference_error)
         self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
@@ -463,13 +468,14 @@ class ShardRunner:
 
 
 def start_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict] = None,
-                force: bool = False) -> ShardRunner:
+                force: bool = False, draw_first: bool = False) -> ShardRunner:
     """A task's runner with its backend built: what a task does before its first cell (force: known-bug
-    cells run too, as in an isolated worker)."""
+    cells run too, as in an isolated worker; draw_first: it will run its whole shard, so its first cases'
+    values are drawn while the backend is built)."""
     debug = os.environ.get("DETRUN_WATCHDOG_S")  # dump stacks of a task that hangs (debugging)
     if debug:
         faulthandler.dump_traceback_later(float(debug), repeat=True)
-    runner = ShardRunner(spec_from_dict(spec_data), shard, run_id, context)
+    runner = ShardRunner(spec_from_dict(spec_data), shard, run_id, context, draw_first)
     runner.force = force
     if runner.backend is not None:
         runner.backend.force_known_bugs = force or runner.spec.isolation.known_bugs == "inline"
@@ -494,4 +500,5 @@ def run_shard(spec_data: dict, shard: Shard, run_id: str, context: Optional[dict
               timings: Optional[dict] = None, cells: Optional[List[Cell]] = None, force: bool = False,
               watchdog: bool = False) -> TaskResult:
     """Run one shard (or some of its cells): start_shard, then finish_shard."""
-    return finish_shard(start_shard(spec_data, shard, run_id, context, force), cells, watchdog, timings)
+    return finish_shard(start_shard(spec_data, shard, run_id, context, force, cells is None), cells, watchdog,
+                        timings)
