@@ -167,6 +167,7 @@ class ShardRunner:
         self.flags = TaskFlags.parse(os.environ, spec.env)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
         self.draws = Draws(spec, self.device, draw_threads())
+        self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
             self._draw_first(list(cells_for(spec, shard.repeats)))
         self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
@@ -448,7 +449,7 @@ class ShardRunner:
         arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
         if cells is None:
             cells = list(cells_for(self.spec, self.shard.repeats))
-        if isinstance(cells, list) and cells and not self.poisoned:
+        if isinstance(cells, list) and cells and not self.poisoned and not self.drew_first:
             self._draw_first(cells)  # drawn while the first cell opens the profile session and the cells run
         with self.main_stream(), self.collector:
             for cell in cells:  # the first one opens the profile session (_cell), while the threads draw
