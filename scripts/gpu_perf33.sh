@@ -9,7 +9,8 @@
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
 #            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
-#            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_GPU_BUDGET_S
+#            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
+#            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
 #            one for scripts/cpu_dry_run.sh, which runs this script's steps on a CPU machine)
 set -uo pipefail
@@ -25,7 +26,10 @@ wall_since() { python3 -c "print(round($(date +%s.%N) - $1, 1))"; }
 # No Ray head: each submit starts a local Ray of its own (as a user's `detrun submit` does), so the old run's
 # workers import the code in .prev (a head's workers would import this code); every wall includes that start.
 
-if only paged; then  # FlashInfer's JIT dir empty both times; the second restores the modules from the runs root
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+if only paged && [[ -n ${DETRUN_PAGED_H200_ONLY:-} && $card != *H200* ]]; then  # three H100s measured it already
+  echo "== paged SKIPPED: $card is not an H200 (DETRUN_PAGED_H200_ONLY)"; S+=("paged: skipped on $card (DETRUN_PAGED_H200_ONLY)")
+elif only paged; then  # FlashInfer's JIT dir empty both times; the second restores the modules from the runs root
   for state in empty cache; do
     rm -rf "$FLASHINFER_WORKSPACE_BASE"
     s=$(date +%s.%N)
