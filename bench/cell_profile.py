@@ -122,7 +122,7 @@ def full_collection_ms() -> str:
 def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, float, Dict[str, float], str]:
     """(cells, wall ms per cell, kernel ms per cell, every stage's ms per cell, the full gc collections and
     the thread's CPU share) of these repeats."""
-    before = dict(runner.stages.seconds)
+    before, counted = dict(runner.stages.seconds), dict(runner.stages.counts)
     w0, t0, p0 = host_clocks()
     with FullCollections() as full:
         n = run_cells(runner, spec, repeats, batches)
@@ -131,7 +131,9 @@ def measure(runner: ShardRunner, spec, repeats, batches) -> Tuple[int, float, fl
     per_cell = {k: (v - before.get(k, 0.0)) / n * 1e3 for k, v in runner.stages.seconds.items()}
     host = (f"the cells' thread on a CPU {100 * (t1 - t0) / (w1 - w0):.0f}% of the wall, the process "
             f"{(p1 - p0) / (w1 - w0):.2f} CPUs")
-    return n, wall, per_cell.get("kernel", 0.0), per_cell, f"{full}; {host}"
+    graphs = [f"{runner.stages.counts.get(k, 0) - counted.get(k, 0)} {k.split(': ')[-1]}s"
+              for k in ("digest graph: replay", "digest graph: capture")]
+    return n, wall, per_cell.get("kernel", 0.0), per_cell, f"{full}; {host}; digest graphs: {', '.join(graphs)}"
 
 
 def in_ray(argv: List[str], env: Dict[str, str]) -> None:
