@@ -96,7 +96,8 @@ named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --thread
 named profcost && bench_step profcost 60 bench/profile_cost.py && bench_step profcost-beside 60 bench/profile_cost.py \
   --cells 10 --prepare-beside-draws
 # the digest graphs on and off, interleaved in one process (bench/cell_profile.py's rounds), from the warm JIT cache
-named graphab && bench_step graphab 150 bench/cell_profile.py "$JOB" --repeats 2 --rounds 3 --rounds-only \
+# (only with 180 s of the budget left: the sweeps after it come first)
+named graphab && (( $(budget_left) >= 180 )) && bench_step graphab 150 bench/cell_profile.py "$JOB" --repeats 2 --rounds 3 --rounds-only \
   --variants "default graphs=off"
 # where a steady cell's host time goes (cProfile, torch.profiler), in one process, from the warm JIT cache
 named hostprof && bench_step hostprof 150 bench/cell_profile.py "$JOB" --repeats 2
