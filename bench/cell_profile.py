@@ -77,8 +77,11 @@ def apply(runner: ShardRunner, variant: str, defaults: tuple) -> None:
         runner.lag = int(knobs["lag"]) if "lag" in knobs else worker.digest_lag(runner.depth)
     if hasattr(runner, "collector"):
         runner.collector.freeze = knobs.get("gc", "freeze") == "freeze"
-    if hasattr(runner, "use_digest_stream") and torch.cuda.is_available():
-        runner.use_digest_stream("stream" in knobs or (stream and "same" not in knobs))
+    want = "stream" in knobs or (stream and "same" not in knobs)
+    # streams made again only when the setting changes: a new stream's allocations take new blocks, and the
+    # digest graphs are keyed by the outputs' addresses (the sweep's task makes its streams once)
+    if hasattr(runner, "use_digest_stream") and torch.cuda.is_available() and want != (runner.streams is not None):
+        runner.use_digest_stream(want)
 
 
 class FullCollections:
