@@ -169,7 +169,8 @@ def main(argv: Optional[List[str]] = None):
     ap.add_argument("--repeats", type=int, default=8, help="steady repeats per phase")
     ap.add_argument("--code", default=ROOT, help="the checkout whose detrun package runs (default: this one)")
     ap.add_argument("--variants", default="default",
-                    help='space-separated, each "default" or knobs joined by +: depth=N, stream, same, graphs=off (see apply)')
+                    help='space-separated, each "default" or knobs joined by +: depth=N, stream, same, graphs=off '
+                         '(see apply)')
     ap.add_argument("--rounds", type=int, default=1, help="times each variant is timed, interleaved")
     ap.add_argument("--in-ray", action="store_true", help="run it all in a task of a local Ray (see above)")
     ap.add_argument("--rounds-only", action="store_true", help="the timed rounds, not cProfile nor torch.profiler")
