@@ -124,7 +124,7 @@ fi
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-head sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ng sweep-head sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?
