@@ -72,6 +72,8 @@ class PlanStaging:
             setattr(wrapper, PINNED, ring.buffers[i])
         yield
         fence = self.new_fence()
-        # after the copy plan() queued from this buffer
-        fence.record() if self.device is None else fence.record(torch.cuda.current_stream(self.device))
+        if self.device is None:  # after the copy plan() queued from this buffer
+            fence.record()
+        else:
+            fence.record(torch.cuda.current_stream(self.device))
         ring.fences[i], ring.next = fence, i + 1
