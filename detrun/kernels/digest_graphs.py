@@ -2,11 +2,11 @@
 
 Launching a cell's digests from Python (the lanes zeroed, Triton's launcher, a pinned buffer allocated) cost
 the host 84 us per cell on an H100 host, replaying a CUDA graph of the same two kernels 34 us
-(scripts/digest_graph_check.py; docs/performance.md). A graph reads the addresses it was captured with, so one is kept per layout: the tensors'
-addresses, word sizes and word counts and the cut (each segment's word count and offset). A layout seen a
-second time is captured, then replayed whenever a cell's tensors sit at those addresses again (the caching
-allocator hands a case's outputs the same blocks repeat after repeat). The kernel and its arguments are a
-plain launch's: the same bits (scripts/digest_graph_check.py checks them on a GPU).
+(scripts/digest_graph_check.py; docs/performance.md). A graph reads the addresses it was captured with, so
+one is kept per layout: the tensors' addresses, word sizes and word counts and the cut (each segment's word
+count and offset). A layout seen a second time is captured, then replayed whenever a cell's tensors sit at
+those addresses again (the caching allocator hands a case's outputs the same blocks repeat after repeat). The
+kernel and its arguments are a plain launch's: the same bits.
 
 Each graph owns its lanes and a pinned host buffer; a graph in flight (replayed, its lanes not yet read) is
 not replayed again: a layout keeps up to PER_LAYOUT graphs, and the caller launches as before when all are
