@@ -7,7 +7,7 @@
 #   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
-#            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
+#            DETRUN_GPU_ONLY="paged dgraph reuse sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
 #            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
@@ -90,6 +90,8 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 only dgraph && bench_step dgraph 90 scripts/digest_graph_check.py
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
+# the CPU draws into buffers used again (host_buffers.py) against every buffer allocated, moved to the GPU as a task does
+only reuse && bench_step reuse 120 bench/draws_bench.py --scale 0.5 --threads 8 --device cuda --fresh
 # the CPU draws on 8 (a task's) and 15 threads
 named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
 # what one kernel-audit profile costs, and two cheaper ways

@@ -76,7 +76,8 @@ def test_draws_on_threads_give_the_same_bits_and_draw_keys_lists_what_build_batc
     monkeypatch.setattr(Draws, "__call__", real)
 
     drawn_on, real_randn = [], inputs._randn
-    monkeypatch.setattr(inputs, "_randn", lambda *a: drawn_on.append(threading.current_thread().name) or real_randn(*a))
+    monkeypatch.setattr(inputs, "_randn", lambda *a, **k: drawn_on.append(threading.current_thread().name)
+                        or real_randn(*a, **k))
     threaded = Draws(spec, "cpu", threads=4)
     for case in spec.cases:
         a, b = build_batch(spec, case, "cpu", threaded), build_batch(spec, case, "cpu", serial)
@@ -239,3 +240,58 @@ def test_a_task_starts_the_first_cases_values_before_it_opens_its_profile_sessio
     before = events[:events.index(("window", 0))]
     assert before == [("prefetch", spec.members(c)[-1]) for c in cases[:first]]
     assert events.index(("window", 0)) < events.index(("build", cases[0]))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_draws_into_buffers_used_again_keep_every_sets_bits(monkeypatch, dtype):
+    """Sets drawn into a thread's float32 scratch and rounded into host buffers given back after their move have
+    the bits of sets allocated each time (reuse=False, the way before), and no set's values are overwritten by a
+    later set written into its buffer: the buffers do come back and are written again."""
+    from detrun.kernels.inputs import Draws, draw_keys
+
+    spec = spec_from_dict(small(dtype=dtype))
+    monkeypatch.setattr(Draws, "_moved", lambda self, host: host.clone())  # a device copy: the host buffer is free
+    fresh, reused = Draws(spec, "cpu", threads=3, reuse=False), Draws(spec, "cpu", threads=3)
+    for draws in (fresh, reused):
+        for case in spec.cases:
+            draws.prefetch(draw_keys(spec, case))
+            for key in draw_keys(spec, case):
+                draws(*key)
+        draws.close()
+    assert fresh.cache.keys() == reused.cache.keys()
+    for key, values in fresh.cache.items():
+        assert values.dtype == reused.cache[key].dtype and torch.equal(values, reused.cache[key]), key
+    assert reused.buffers.reused > 0 and fresh.buffers is None
+
+
+def test_draws_on_the_cpu_device_keep_their_buffers():
+    """Where the move is no copy (the CPU device), the cache holds the host buffer itself: it is never given back,
+    so no later set is written over it."""
+    from detrun.kernels.inputs import Draws, draw_keys
+
+    spec = spec_from_dict(small())
+    draws, before = Draws(spec, "cpu"), Draws(spec, "cpu", reuse=False)
+    for case in spec.cases:
+        for key in draw_keys(spec, case):
+            draws(*key), before(*key)
+    assert draws.buffers.reused == 0 and draws.buffers.free == []
+    assert all(torch.equal(v, before.cache[k]) for k, v in draws.cache.items())
+
+
+def test_host_buffers_give_the_smallest_that_fits_and_keep_a_bounded_number():
+    from detrun.kernels.host_buffers import HostBuffers, Scratch
+
+    buffers = HostBuffers(keep_bytes=3000)
+    small_one, large = buffers.take((10, 10), torch.float32), buffers.take((20, 20), torch.bfloat16)  # 400, 800 B
+    buffers.give(large), buffers.give(small_one)
+    assert [b.numel() for b in buffers.free] == [400, 800]
+    again = buffers.take((5, 40), torch.float16)  # 400 B: the 400-byte one, not the 800
+    assert again.shape == (5, 40) and again.dtype == torch.float16 and buffers.reused == 1
+    assert [b.numel() for b in buffers.free] == [800]
+    buffers.give(buffers.take((1000,), torch.float32))  # 4000 B: none fits, a new one; over what is kept when free
+    assert [b.numel() for b in buffers.free] == [800] and buffers.reused == 1
+    scratch = Scratch()
+    a = scratch.take((4, 8))
+    assert a.shape == (4, 8) and a.dtype == torch.float32
+    assert scratch.take((2, 8)).data_ptr() == a.data_ptr()  # the same memory, a view of its start
+    assert scratch.take((9, 8)).numel() == 72  # grown

@@ -4,9 +4,9 @@ Values depend only on (spec.seed, request or prefix name), never on the batch or
 `draws: cpu` (the default) they are drawn on the CPU (torch's CPU generator, one per value set), rounded to
 the dtype there and moved, so the same request has the same bits in every case and on every GPU; a task
 draws each once (`Draws`), a case's sets side by side on CPU threads (each set has its own generator: the
-same bits in any order). With `draws: counter` each value is made on the task's device from a counter hash
-(`counter_values`: integer arithmetic, exact in fp32), the same bits on any device with no CPU work. The
-stale values in every other cache slot come from such a hash too.
+same bits in any order), into host buffers used again (host_buffers.py). With `draws: counter` each value
+is made on the task's device from a counter hash (`counter_values`: integer arithmetic, exact in fp32), the
+same bits on any device with no CPU work. The stale values in every other cache slot come from such a hash too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 from ..spec.model import JobSpec
 from .digest import as_int64, mix, srl
+from .host_buffers import HostBuffers, Scratch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -31,9 +32,9 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _randn(seed: int, *shape: int) -> torch.Tensor:
+def _randn(seed: int, *shape: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=gen, dtype=torch.float32)
+    return torch.randn(*shape, generator=gen, dtype=torch.float32, out=out)
 
 
 def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
@@ -59,6 +60,9 @@ def counter_values(seed: int, shape: Tuple[int, ...], device) -> torch.Tensor:
 DrawKey = Tuple[str, str, int, int]  # (kind, request or prefix key, rows, heads): one seeded value set
 
 
+KEEP_BYTES = 1 << 30  # host buffers a task keeps for its next sets' values, once theirs are on the device
+
+
 def draw_threads() -> int:
     """CPU threads a task draws value sets on (each set is one serial generator; sets run side by side)."""
     return max(1, min(8, os.cpu_count() or 1))
@@ -69,18 +73,29 @@ class Draws:
 
     prefetch() starts value sets on CPU threads (CPU work only: a CUDA graph capture on the task's thread is
     never disturbed); a call takes the set from its thread, or draws it there and then, and moves it to the
-    device on the caller's thread."""
+    device on the caller's thread. With reuse (the default), each thread's generator fills a float32 buffer of
+    its own and a set is rounded into a host buffer that comes back once its values are on the device; reuse
+    False allocates both per set, as before (bench/draws_bench.py compares them)."""
 
-    def __init__(self, spec: JobSpec, device, threads: int = 1) -> None:
+    def __init__(self, spec: JobSpec, device, threads: int = 1, reuse: bool = True) -> None:
         self.spec, self.device = spec, device
         self.cache: Dict[Any, torch.Tensor] = {}
         on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
         self.ahead: Dict[Tuple[str, str], Future] = {}
+        self.scratch = Scratch() if reuse else None
+        self.buffers = HostBuffers(KEEP_BYTES) if reuse else None
 
     def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
-        values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
-        return values.to(DTYPES[self.spec.dtype])
+        """A set's values on the host in the spec's dtype: torch's CPU generator in float32, then rounded."""
+        seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
+        dtype = DTYPES[self.spec.dtype]
+        if self.scratch is None or self.buffers is None:
+            return _randn(seed, *shape).to(dtype)
+        out = self.buffers.take(shape, dtype)
+        if dtype == torch.float32:  # no rounding: the generator fills the set's own buffer
+            return _randn(seed, *shape, out=out)
+        return out.copy_(_randn(seed, *shape, out=self.scratch.take(shape)))
 
     def prefetch(self, keys: Iterable[DrawKey]) -> None:
         """Start drawing these value sets on the CPU threads (those not drawn or started yet)."""
@@ -93,9 +108,18 @@ class Draws:
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)
         if key not in self.cache:
-            self.cache[key] = (self._counter(kind, name, n, heads) if self.spec.draws == "counter" else
-                               self._taken(kind, name, n, heads).to(self.device))
+            if self.spec.draws == "counter":
+                self.cache[key] = self._counter(kind, name, n, heads)
+            else:
+                host = self._taken(kind, name, n, heads)
+                self.cache[key] = self._moved(host)
+                if self.buffers is not None and self.cache[key] is not host:
+                    self.buffers.give(host)
         return self.cache[key]
+
+    def _moved(self, host: torch.Tensor) -> torch.Tensor:
+        """The set on the task's device: from pageable memory the copy has read the host buffer on return."""
+        return host.to(self.device)
 
     def _taken(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         """The CPU draw of a set: from its thread when started there, else drawn now."""
