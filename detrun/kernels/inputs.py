@@ -132,12 +132,15 @@ class Draws:
         return counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
 
     def close(self) -> None:
-        """Stop the threads (sets started and not taken are dropped)."""
+        """Stop the threads (sets started and not taken are dropped) and free the host buffers."""
         if self.pool is not None:
             for started in self.ahead.values():
                 started.cancel()
             self.pool.shutdown(wait=True)
             self.pool, self.ahead = None, {}
+        if self.buffers is not None:
+            self.buffers.free.clear()
+            self.scratch = Scratch()  # the calling thread's buffer (the pool's went with its threads)
 
 
 def draw_keys(spec: JobSpec, case: str) -> List[DrawKey]:
