@@ -2,7 +2,7 @@
 first repeat on two H200s, 246 plans), split into the profiler's start, the run, its stop and reading the
 kernel names, and two cheaper ways measured beside it in the same process:
 
-    python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048] [--prepare-beside-draws]
+    python bench/profile_cost.py [--cells 60] [--kernels 4] [--size 2048] [--prepare-beside-draws | --prepare-first]
 
 - `now`: a session per cell, names from `prof.events()` (what profiling.py does);
 - `raw`: a session per cell, names from the profiler's kineto results (no FunctionEvent tree);
@@ -85,15 +85,26 @@ def draws(seconds: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def first_session(a, n, beside: bool) -> str:
+def prepared_first() -> tuple:
+    """This process's first session prepared before its CUDA context exists: (the profile, prepare seconds)."""
+    p = profile(activities=[ProfilerActivity.CUDA])
+    t0 = time.perf_counter()
+    p.prepare_trace()
+    return p, time.perf_counter() - t0
+
+
+def first_session(a, n, beside: bool, early=None) -> str:
     """This process's first session, its prepare and start timed apart; beside: the prepare on a thread while
-    this thread draws (the draws' rate alone first, then beside it)."""
+    this thread draws (the draws' rate alone first, then beside it); early: (profile, seconds) prepared before
+    the CUDA context (prepared_first)."""
     import threading
 
-    p = profile(activities=[ProfilerActivity.CUDA])
+    p = early[0] if early else profile(activities=[ProfilerActivity.CUDA])
     alone = draws(1.0) if beside else 0.0
     t0 = time.perf_counter()
-    if beside:
+    if early:
+        t0, t1 = t0 - early[1], t0
+    elif beside:
         done = {}
         thread = threading.Thread(target=lambda: (p.prepare_trace(), done.setdefault("t", time.perf_counter())))
         thread.start()
@@ -113,7 +124,8 @@ def first_session(a, n, beside: bool) -> str:
     p.stop_trace()
     t4 = time.perf_counter()
     found = len(names_raw(p))
-    line = (f"first session in this process: prepare {1e3 * (t1 - t0):.1f} ms, start {1e3 * (t2 - t1):.1f} ms, "
+    line = (f"first session in this process: prepare {1e3 * (t1 - t0):.1f} ms"
+            f"{' (before the CUDA context)' if early else ''}, start {1e3 * (t2 - t1):.1f} ms, "
             f"stop {1e3 * (t4 - t3):.1f} ms; {found} kernel names")
     if beside:
         line += (f"; the prepare on a thread beside this thread's draws: draws {rate / 1e6:.0f} M values/s at the "
@@ -127,15 +139,21 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=4, help="matmul + tanh pairs per cell")
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--prepare-beside-draws", action="store_true", help="the first prepare on a thread (above)")
+    ap.add_argument("--prepare-first", action="store_true",
+                    help="the first prepare before this process's CUDA context: is CUPTI's set-up cheaper there?")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # the driver's device count: no context yet
         print("profile_cost.py: needs CUDA (it times torch.profiler's CUDA activity)", file=sys.stderr)
         sys.exit(2)
     # torch.profiler's note that a session's events are cleared at its end: each way reads them before that
     warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
+    early = prepared_first() if args.prepare_first else None
+    t0 = time.perf_counter()
     a = torch.randn(args.size, args.size, device="cuda") / args.size ** 0.5
     cell(a, args.kernels)
-    print(first_session(a, args.kernels, args.prepare_beside_draws))  # CUPTI's set-up
+    torch.cuda.synchronize()
+    print(f"CUDA context and the first cell: {1e3 * (time.perf_counter() - t0):.1f} ms")
+    print(first_session(a, args.kernels, args.prepare_beside_draws, early))  # CUPTI's set-up
     per_cell(a, args.kernels, 3, names_events)  # warm-up: CUPTI and the kernels
     torch.cuda.synchronize()
     t = time.perf_counter()

@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph reuse sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -94,6 +94,9 @@ only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cu
 only reuse && bench_step reuse 120 bench/draws_bench.py --scale 0.5 --threads 8 --device cuda --fresh
 # the CPU draws on 8 (a task's) and 15 threads
 named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
+# CUPTI's set-up (the first session's prepare) before the CUDA context and after it, each in a fresh process
+named profpre && bench_step profpre-first 60 bench/profile_cost.py --cells 10 --prepare-first && \
+  bench_step profpre-after 60 bench/profile_cost.py --cells 10
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py && bench_step profcost-beside 60 bench/profile_cost.py \
   --cells 10 --prepare-beside-draws
