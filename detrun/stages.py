@@ -63,8 +63,11 @@ PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last cop
 KERNEL = "kernel"
 DIGEST_CAPTURE, DIGEST_REPLAY = "digest graph: capture", "digest graph: replay"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
+# kernels/inputs.py: a set's CPU draw waited for (or drawn on the task's thread) and its copy to the device
+DRAW_WAIT, DRAW_MOVE = "inputs: wait for draws", "inputs: move to device"
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
+    "inputs": (DRAW_WAIT, DRAW_MOVE),
     "forward": ("plan", PLAN_WAIT, "graph warm-up", "graph capture", "profile", PROFILE_START, PROFILE_STOP),
     # kernels/digest_graphs.py: captures, and the launches replayed (a count: their seconds are the digest's)
     "digest": (DIGEST_CAPTURE, DIGEST_REPLAY),

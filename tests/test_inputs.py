@@ -295,3 +295,18 @@ def test_host_buffers_give_the_smallest_that_fits_and_keep_a_bounded_number():
     assert a.shape == (4, 8) and a.dtype == torch.float32
     assert scratch.take((2, 8)).data_ptr() == a.data_ptr()  # the same memory, a view of its start
     assert scratch.take((9, 8)).numel() == 72  # grown
+
+
+def test_a_tasks_draws_time_their_wait_and_their_move_as_stages_of_inputs():
+    from detrun.kernels.inputs import Draws, draw_keys
+    from detrun.stages import DRAW_MOVE, DRAW_WAIT, NESTED, Stages
+
+    spec, stages = spec_from_dict(small()), Stages()
+    draws = Draws(spec, "cpu", threads=2, stages=stages)
+    keys = [key for case in spec.cases for key in draw_keys(spec, case)]
+    for key in keys:
+        draws(*key)
+    draws.close()
+    sets = len({key[:2] for key in keys})
+    assert stages.counts[DRAW_WAIT] == stages.counts[DRAW_MOVE] == sets and stages.seconds[DRAW_WAIT] > 0
+    assert NESTED["inputs"] == (DRAW_WAIT, DRAW_MOVE)

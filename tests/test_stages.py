@@ -176,7 +176,7 @@ def test_timings_show_the_stages_that_took_time_and_fold_the_rest(store):
                                                                  "them)"}  # gc pauses: beside the sum, just left out
     assert "device wait" not in shown and every["device wait"] == "0.000"  # 0.2 ms: folded
     assert shown["sum over shards"] == every["sum over shards"]  # the folded row keeps the sum
-    assert shown["inputs"] == every["inputs"] == "1.000"
+    assert shown["inputs (rest)"] == every["inputs (rest)"] == "1.000"  # its draws waited for and moved: nested
 
 
 @pytest.mark.parametrize("per_task, why", [

@@ -11,16 +11,18 @@ same bits on any device with no CPU work. The stale values in every other cache 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from ..spec.model import JobSpec
+from ..stages import DRAW_MOVE, DRAW_WAIT
 from .digest import as_int64, mix, srl
 from .host_buffers import HostBuffers, Scratch
 
@@ -77,8 +79,10 @@ class Draws:
     its own and a set is rounded into a host buffer that comes back once its values are on the device; reuse
     False allocates both per set, as before (bench/draws_bench.py compares them)."""
 
-    def __init__(self, spec: JobSpec, device, threads: int = 1, reuse: bool = True) -> None:
+    def __init__(self, spec: JobSpec, device, threads: int = 1, reuse: bool = True,
+                 stages: Optional[Callable[[str], ContextManager]] = None) -> None:
         self.spec, self.device = spec, device
+        self.stages = stages or (lambda name: contextlib.nullcontext())  # the task's (DRAW_WAIT, DRAW_MOVE)
         self.cache: Dict[Any, torch.Tensor] = {}
         on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
@@ -111,8 +115,10 @@ class Draws:
             if self.spec.draws == "counter":
                 self.cache[key] = self._counter(kind, name, n, heads)
             else:
-                host = self._taken(kind, name, n, heads)
-                self.cache[key] = self._moved(host)
+                with self.stages(DRAW_WAIT):
+                    host = self._taken(kind, name, n, heads)
+                with self.stages(DRAW_MOVE):
+                    self.cache[key] = self._moved(host)
                 if self.buffers is not None and self.cache[key] is not host:
                     self.buffers.give(host)
         return self.cache[key]

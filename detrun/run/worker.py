@@ -166,7 +166,7 @@ class ShardRunner:
         # backend is built with them and the rows record them (a bad value set on a node fails the task, naming it)
         self.flags = TaskFlags.parse(os.environ, spec.env)
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
-        self.draws = Draws(spec, self.device, draw_threads())
+        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages)
         self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
             self._draw_first(list(cells_for(spec, shard.repeats)))
