@@ -1,15 +1,13 @@
 """Input draws of a job on CPU threads vs one thread: the seconds a task spends drawing its requests' values.
 
     python bench/draws_bench.py [--job bench/jobs/sweep10k.yaml] [--scale 0.2] [--threads N[,N...]] [--counter cuda]
-                                [--device cuda] [--fresh]
 
 Each value set (a request's q, k or v, a prefix's k or v) has its own seeded CPU generator, so sets drawn
 side by side on threads have the bits of serial draws: the script checks every set's bytes. Cases are
 taken in order, the next case's sets started while this case's are taken (as a task does); the values are kept (bf16
 on the host: ~2 GB at the default scale) and hashed after the clock stops. Prints seconds and the ratio of
 this one run. --counter DEVICE also times `draws: counter` (every set made on DEVICE) and checks its bits
-against the same draws on the CPU: every set of the first three cases and the largest set. --fresh also times
-the draws allocating every set's buffers (before host_buffers.py); --device cuda moves each set as a task does.
+against the same draws on the CPU: every set of the first three cases and the largest set.
 """
 
 import argparse
@@ -28,10 +26,10 @@ from detrun.kernels.inputs import Draws, draw_keys, draw_threads  # noqa: E402
 from detrun.spec.model import spec_from_dict  # noqa: E402
 
 
-def draw_all(spec, threads: int, device: str = "cpu", cases=None, reuse: bool = True) -> tuple:
+def draw_all(spec, threads: int, device: str = "cpu", cases=None) -> tuple:
     """(seconds, {set: hash of its bytes}, values) drawing every case's sets in case order, one case ahead;
     the bytes are hashed after the clock stops."""
-    draws = Draws(spec, device, threads, reuse)
+    draws = Draws(spec, device, threads)
     cases = list(spec.cases) if cases is None else cases
     start = time.perf_counter()
     for i, case in enumerate(cases):
@@ -76,26 +74,16 @@ def main() -> int:
     ap.add_argument("--threads", default=str(draw_threads()),
                     help="draw threads, or several comma-separated, each timed (default: a task's)")
     ap.add_argument("--counter", metavar="DEVICE", help="also time draws: counter on DEVICE (e.g. cuda), bits checked")
-    ap.add_argument("--device", default="cpu",
-                    help="where the sets land: cpu keeps them on the host; cuda moves each as a task does, and its "
-                         "host buffer comes back for the next sets")
-    ap.add_argument("--fresh", action="store_true",
-                    help="also time each thread count allocating every set's buffers (the way before), bits checked")
     args = ap.parse_args()
     spec = spec_from_dict(scaled(yaml.safe_load(Path(args.job).read_text()), args.scale), args.job)
     one, serial, values = draw_all(spec, 1)
     print(f"{args.job} x{args.scale}: {len(spec.cases)} cases, {len(serial)} value sets, {values / 1e9:.2f} G values")
     same = True
     for threads in (int(n) for n in args.threads.split(",")):
-        many, threaded, _ = draw_all(spec, threads, args.device)
+        many, threaded, _ = draw_all(spec, threads)
         same = same and serial == threaded
-        print(f"one thread {one:.2f} s ({values / one / 1e9:.2f} G values/s); {threads} threads to {args.device} "
-              f"{many:.2f} s: {one / many:.2f}x; same bits: {serial == threaded}")
-        if args.fresh:
-            before, kept, _ = draw_all(spec, threads, args.device, reuse=False)
-            same = same and kept == serial
-            print(f"  {threads} threads to {args.device}, every buffer allocated (the way before) {before:.2f} s: "
-                  f"buffers used again {before / many:.2f}x as fast; same bits: {kept == serial}")
+        print(f"one thread {one:.2f} s ({values / one / 1e9:.2f} G values/s); {threads} threads {many:.2f} s: "
+              f"{one / many:.2f}x; same bits: {serial == threaded}")
     if args.counter:
         same = counter_check(spec, args.counter, many) and same
     return 0 if same else 1

@@ -63,6 +63,8 @@ PLAN_WAIT = "plan wait"  # plan() waits for its pinned staging buffer's last cop
 KERNEL = "kernel"
 DIGEST_CAPTURE, DIGEST_REPLAY = "digest graph: capture", "digest graph: replay"
 KERNEL_ROW = "kernel (device time, overlaps the stages above)"
+# run/beside.py: the first cases' inputs built on a thread during the profile session's start (overlaps it)
+INPUTS_BESIDE = "inputs beside the profile session's start (overlaps it)"
 # kernels/inputs.py: a set's CPU draw waited for (or drawn on the task's thread) and its copy to the device
 DRAW_WAIT, DRAW_MOVE = "inputs: wait for draws", "inputs: move to device"
 NESTED = {
@@ -76,7 +78,7 @@ NESTED = {
 # seconds of these stages within it (recorded as "steady cell: <stage>").
 STEADY_CELL = "steady cell"
 STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT, GC_PAUSE)
-BESIDE = (KERNEL_ROW, GC_ROW)  # rows that overlap the stages that add up to the wall
+BESIDE = (KERNEL_ROW, GC_ROW, INPUTS_BESIDE)  # rows that overlap the stages that add up to the wall
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
                DEVICE_WAIT, "tensor copy", JIT_SAVE)
 
@@ -117,6 +119,8 @@ def breakdown(run_timings: dict, shard_timings: Dict[str, dict]) -> List[Tuple[s
         put("task (rest: rows, hooks)", max(0.0, t.get("run_s", 0.0) - sum(stages.get(n, 0.0) for n in TASK_STAGES)))
         put(KERNEL_ROW, stages.get(KERNEL, 0.0), counts.get(KERNEL, 0))
         put(GC_ROW, stages.get(GC_PAUSE, 0.0), counts.get(GC_PAUSE, 0))
+        if INPUTS_BESIDE in stages:
+            put(INPUTS_BESIDE, stages[INPUTS_BESIDE], counts.get(INPUTS_BESIDE, 0))
         put("return result to driver", _gap(d.get("ready_unix"), t.get("returned_unix")))
         put("driver: fetch result", d.get("get_s", 0.0))
         put("driver: write Parquet + blobs", d.get("write_s", 0.0))

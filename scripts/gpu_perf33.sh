@@ -7,8 +7,8 @@
 #   (here)   rm -rf .prev && mkdir .prev && git archive BEFORE detrun | tar -x -C .prev   # BEFORE: the commit before
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
-#            DETRUN_GPU_ONLY="paged dgraph reuse sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -42,6 +42,16 @@ elif only paged; then  # FlashInfer's JIT dir empty both times; the second resto
   done
   S+=("paged.yaml to verdict: empty JIT cache $paged_empty s, runs root's cache $paged_cache s:" \
       "  ratio $(python3 -c "print(round($paged_cache / $paged_empty, 2))")")
+fi
+
+# FlashInfer's modules for the sweep compiled first into the runs root's JIT cache (a small sweep of the same job):
+# every sweep after it, the code before too, starts warm (on an H100, where paged is skipped, the first sweep compiled)
+if named warm; then
+  s=$(date +%s.%N)
+  timeout 200 python3 bench/sweep_scale.py --job "$JOB" --runs-root "$RR" --run-id warm --scale 0.02 \
+    --set repeats=1 --set repeats_per_task=1 > "$OUT/warm.log" 2>&1
+  rc=$?; echo "== warm (the sweep's JIT modules): exit $rc, $(wall_since "$s") s"
+  S+=("warm (a small sweep compiling the JIT modules first): exit $rc, $(wall_since "$s") s")
 fi
 
 # The way before: the code in .prev (one worker per GPU, the job's one task of 40 repeats); without .prev,
@@ -90,8 +100,6 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 only dgraph && bench_step dgraph 90 scripts/digest_graph_check.py
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
-# the CPU draws into buffers used again (host_buffers.py) against every buffer allocated, moved to the GPU as a task does
-only reuse && bench_step reuse 120 bench/draws_bench.py --scale 0.5 --threads 8 --device cuda --fresh
 # the CPU draws on 8 (a task's) and 15 threads
 named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --threads 8,15
 # CUPTI's set-up (the first session's prepare) before the CUDA context and after it, each in a fresh process

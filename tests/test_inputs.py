@@ -76,8 +76,7 @@ def test_draws_on_threads_give_the_same_bits_and_draw_keys_lists_what_build_batc
     monkeypatch.setattr(Draws, "__call__", real)
 
     drawn_on, real_randn = [], inputs._randn
-    monkeypatch.setattr(inputs, "_randn", lambda *a, **k: drawn_on.append(threading.current_thread().name)
-                        or real_randn(*a, **k))
+    monkeypatch.setattr(inputs, "_randn", lambda *a: drawn_on.append(threading.current_thread().name) or real_randn(*a))
     threaded = Draws(spec, "cpu", threads=4)
     for case in spec.cases:
         a, b = build_batch(spec, case, "cpu", threaded), build_batch(spec, case, "cpu", serial)
@@ -242,61 +241,6 @@ def test_a_task_starts_the_first_cases_values_before_it_opens_its_profile_sessio
     assert events.index(("window", 0)) < events.index(("build", cases[0]))
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_draws_into_buffers_used_again_keep_every_sets_bits(monkeypatch, dtype):
-    """Sets drawn into a thread's float32 scratch and rounded into host buffers given back after their move have
-    the bits of sets allocated each time (reuse=False, the way before), and no set's values are overwritten by a
-    later set written into its buffer: the buffers do come back and are written again."""
-    from detrun.kernels.inputs import Draws, draw_keys
-
-    spec = spec_from_dict(small(dtype=dtype))
-    monkeypatch.setattr(Draws, "_moved", lambda self, host: host.clone())  # a device copy: the host buffer is free
-    fresh, reused = Draws(spec, "cpu", threads=3, reuse=False), Draws(spec, "cpu", threads=3)
-    for draws in (fresh, reused):
-        for case in spec.cases:
-            draws.prefetch(draw_keys(spec, case))
-            for key in draw_keys(spec, case):
-                draws(*key)
-        draws.close()
-    assert fresh.cache.keys() == reused.cache.keys()
-    for key, values in fresh.cache.items():
-        assert values.dtype == reused.cache[key].dtype and torch.equal(values, reused.cache[key]), key
-    assert reused.buffers.reused > 0 and fresh.buffers is None
-
-
-def test_draws_on_the_cpu_device_keep_their_buffers():
-    """Where the move is no copy (the CPU device), the cache holds the host buffer itself: it is never given back,
-    so no later set is written over it."""
-    from detrun.kernels.inputs import Draws, draw_keys
-
-    spec = spec_from_dict(small())
-    draws, before = Draws(spec, "cpu"), Draws(spec, "cpu", reuse=False)
-    for case in spec.cases:
-        for key in draw_keys(spec, case):
-            draws(*key), before(*key)
-    assert draws.buffers.reused == 0 and draws.buffers.free == []
-    assert all(torch.equal(v, before.cache[k]) for k, v in draws.cache.items())
-
-
-def test_host_buffers_give_the_smallest_that_fits_and_keep_a_bounded_number():
-    from detrun.kernels.host_buffers import HostBuffers, Scratch
-
-    buffers = HostBuffers(keep_bytes=3000)
-    small_one, large = buffers.take((10, 10), torch.float32), buffers.take((20, 20), torch.bfloat16)  # 400, 800 B
-    buffers.give(large), buffers.give(small_one)
-    assert [b.numel() for b in buffers.free] == [400, 800]
-    again = buffers.take((5, 40), torch.float16)  # 400 B: the 400-byte one, not the 800
-    assert again.shape == (5, 40) and again.dtype == torch.float16 and buffers.reused == 1
-    assert [b.numel() for b in buffers.free] == [800]
-    buffers.give(buffers.take((1000,), torch.float32))  # 4000 B: none fits, a new one; over what is kept when free
-    assert [b.numel() for b in buffers.free] == [800] and buffers.reused == 1
-    scratch = Scratch()
-    a = scratch.take((4, 8))
-    assert a.shape == (4, 8) and a.dtype == torch.float32
-    assert scratch.take((2, 8)).data_ptr() == a.data_ptr()  # the same memory, a view of its start
-    assert scratch.take((9, 8)).numel() == 72  # grown
-
-
 def test_a_tasks_draws_time_their_wait_and_their_move_as_stages_of_inputs():
     from detrun.kernels.inputs import Draws, draw_keys
     from detrun.stages import DRAW_MOVE, DRAW_WAIT, NESTED, Stages
@@ -310,3 +254,29 @@ def test_a_tasks_draws_time_their_wait_and_their_move_as_stages_of_inputs():
     sets = len({key[:2] for key in keys})
     assert stages.counts[DRAW_WAIT] == stages.counts[DRAW_MOVE] == sets and stages.seconds[DRAW_WAIT] > 0
     assert NESTED["inputs"] == (DRAW_WAIT, DRAW_MOVE)
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 4, 16])
+def test_each_token_sits_in_the_slot_of_the_token_by_token_layout(page_size):
+    """build_batch's page layout, computed per page, is the token-by-token one it replaced: a request's new tokens
+    go on from its prefix (into the prefix's last page while it has room, e.g. decode's prefix of 9), a new page
+    at each page start past its pages; every token's k and v sit in that slot of the caches."""
+    spec = spec_from_dict(small(page_size=page_size))
+    for case in spec.cases:
+        batch = build_batch(spec, case)
+        flat = batch.full.indices.tolist()
+        for i, name in enumerate(batch.requests):
+            req = spec.request(name)
+            pages = flat[batch.full.indptr[i]:batch.full.indptr[i + 1]]
+            n_pre = len(batch.prefix.indices[batch.prefix.indptr[i]:batch.prefix.indptr[i + 1]])
+            expected, pos = pages[:n_pre], req.prefix_len  # the loop build_batch had, page by page
+            slots = []
+            for _ in range(req.qo_len):
+                if pos % page_size == 0 and pos // page_size >= len(expected):
+                    expected.append(pages[len(expected)])
+                slots.append((expected[pos // page_size], pos % page_size))
+                pos += 1
+            assert len(expected) == len(pages) == -(-(req.prefix_len + req.qo_len) // page_size), (case, name)
+            rows = batch.k[batch.span(i)]
+            for t, (page, offset) in enumerate(slots):
+                assert torch.equal(batch.k_cache[page, offset], rows[t]), (case, name, t)

@@ -11,7 +11,7 @@ import torch
 from detrun.kernels.backends.base import KernelTime
 from detrun.run.worker import run_shard
 from detrun.spec.matrix import Shard
-from detrun.stages import KERNEL_ROW, Stages, breakdown, process_started_unix
+from detrun.stages import BESIDE, INPUTS_BESIDE, KERNEL_ROW, Stages, breakdown, process_started_unix
 from tests.helpers import small
 
 
@@ -51,6 +51,11 @@ def test_breakdown_subtracts_nested_stages_and_gaps():
     assert got["schedule + start worker process"][0] == 2.0 and got["Ray worker boot"][0] == 4.0
     assert got["task (rest: rows, hooks)"][0] == pytest.approx(2 * (6.0 - 5.75))
     assert got["return result to driver"][0] == 1.0 and got["placement group"][0] == 0.3
+    assert INPUTS_BESIDE not in got  # no thread built inputs beside the profile session's start
+    shard["stages"][INPUTS_BESIDE] = {"s": 1.25, "n": 3}  # run/beside.py: overlaps the stages, not in their sum
+    again = {name: (s, n) for name, s, n in breakdown({"placement_group_s": 0.3}, {"g0": shard})}
+    assert again[INPUTS_BESIDE] == (1.25, 3) and INPUTS_BESIDE in BESIDE
+    assert again["task (rest: rows, hooks)"][0] == pytest.approx(6.0 - 5.75)
 
 
 class _NoProfiler:  # torch.profiler without CUDA refuses a CUDA-only profile

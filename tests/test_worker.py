@@ -281,3 +281,48 @@ def test_a_task_that_runs_its_whole_shard_draws_its_first_cases_while_its_backen
         assert built > 0 and log[0][0] == "draw"
     else:
         assert built == 0 and log[1][0] == "draw"
+
+
+def test_the_first_cases_are_built_on_a_thread_while_the_profile_session_opens(monkeypatch):
+    """Where the first cell would open the profile session (CUPTI's set-up holds the task's thread for seconds),
+    the task opens it before its cells while a thread builds the first cases' batches; each case is built once,
+    the rows are those of a task that builds every case itself, and the thread's seconds are a row of their own."""
+    import threading
+    import time
+
+    from detrun.kernels.backends.profiling import KernelProfiling
+    from detrun.run import worker
+    from detrun.stages import INPUTS_BESIDE
+
+    built_on, opened = [], []
+    real_build, real_window = worker.build_batch, worker.ShardRunner._profile_window
+
+    def logged_build(spec, case, *args):
+        batch = real_build(spec, case, *args)
+        built_on.append((case, threading.current_thread().name))
+        return batch
+
+    def held_window(self, repeat):  # the session's start: this thread is held until the thread built two cases
+        if not opened:
+            opened.append(threading.current_thread().name)
+            deadline = time.monotonic() + 30
+            while sum(on == "detrun-inputs" for _, on in built_on) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return real_window(self, repeat)
+
+    monkeypatch.setattr(worker, "build_batch", logged_build)
+    monkeypatch.setattr(worker.ShardRunner, "_profile_window", held_window)
+    monkeypatch.setattr(KernelProfiling, "opens_at", lambda self, repeat: not opened)
+    data = small(backend="sdpa", modes=["eager"], repeats=2)
+    beside = run_shard(data, Shard(0, (0, 1)), "beside")
+    on_thread = [case for case, on in built_on if on == "detrun-inputs"]
+    assert opened == ["MainThread"] and len(on_thread) >= 2
+    assert sorted(case for case, _ in built_on) == sorted(spec_from_dict(data).cases)  # each case built once
+    assert beside["timings"]["stages"][INPUTS_BESIDE]["n"] == len(on_thread)
+
+    monkeypatch.setattr(KernelProfiling, "opens_at", lambda self, repeat: False)  # every case built by its cell
+    built_on.clear()
+    plain = run_shard(data, Shard(0, (0, 1)), "plain")
+    assert {on for _, on in built_on} == {"MainThread"} and INPUTS_BESIDE not in plain["timings"]["stages"]
+    digests = lambda rows: sorted((r["key"], r["out_digest"], r["lse_digest"]) for r in rows)  # noqa: E731
+    assert digests(beside["rows"]) == digests(plain["rows"]) and len(beside["rows"]) > 0

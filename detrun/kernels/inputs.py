@@ -4,9 +4,9 @@ Values depend only on (spec.seed, request or prefix name), never on the batch or
 `draws: cpu` (the default) they are drawn on the CPU (torch's CPU generator, one per value set), rounded to
 the dtype there and moved, so the same request has the same bits in every case and on every GPU; a task
 draws each once (`Draws`), a case's sets side by side on CPU threads (each set has its own generator: the
-same bits in any order), into host buffers used again (host_buffers.py). With `draws: counter` each value
-is made on the task's device from a counter hash (`counter_values`: integer arithmetic, exact in fp32), the
-same bits on any device with no CPU work. The stale values in every other cache slot come from such a hash too.
+same bits in any order). With `draws: counter` each value is made on the task's device from a counter hash
+(`counter_values`: integer arithmetic, exact in fp32), the same bits on any device with no CPU work. The
+stale values in every other cache slot come from such a hash too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import torch
 from ..spec.model import JobSpec
 from ..stages import DRAW_MOVE, DRAW_WAIT
 from .digest import as_int64, mix, srl
-from .host_buffers import HostBuffers, Scratch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -34,9 +33,9 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _randn(seed: int, *shape: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _randn(seed: int, *shape: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=gen, dtype=torch.float32, out=out)
+    return torch.randn(*shape, generator=gen, dtype=torch.float32)
 
 
 def stale(seed: int, shape: Tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
@@ -62,9 +61,6 @@ def counter_values(seed: int, shape: Tuple[int, ...], device) -> torch.Tensor:
 DrawKey = Tuple[str, str, int, int]  # (kind, request or prefix key, rows, heads): one seeded value set
 
 
-KEEP_BYTES = 1 << 30  # host buffers a task keeps for its next sets' values, once theirs are on the device
-
-
 def draw_threads() -> int:
     """CPU threads a task draws value sets on (each set is one serial generator; sets run side by side)."""
     return max(1, min(8, os.cpu_count() or 1))
@@ -75,31 +71,20 @@ class Draws:
 
     prefetch() starts value sets on CPU threads (CPU work only: a CUDA graph capture on the task's thread is
     never disturbed); a call takes the set from its thread, or draws it there and then, and moves it to the
-    device on the caller's thread. With reuse (the default), each thread's generator fills a float32 buffer of
-    its own and a set is rounded into a host buffer that comes back once its values are on the device; reuse
-    False allocates both per set, as before (bench/draws_bench.py compares them)."""
+    device on the caller's thread (stages: the task's, for DRAW_WAIT and DRAW_MOVE)."""
 
-    def __init__(self, spec: JobSpec, device, threads: int = 1, reuse: bool = True,
+    def __init__(self, spec: JobSpec, device, threads: int = 1,
                  stages: Optional[Callable[[str], ContextManager]] = None) -> None:
         self.spec, self.device = spec, device
-        self.stages = stages or (lambda name: contextlib.nullcontext())  # the task's (DRAW_WAIT, DRAW_MOVE)
+        self.stages = stages or (lambda name: contextlib.nullcontext())
         self.cache: Dict[Any, torch.Tensor] = {}
         on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
         self.ahead: Dict[Tuple[str, str], Future] = {}
-        self.scratch = Scratch() if reuse else None
-        self.buffers = HostBuffers(KEEP_BYTES) if reuse else None
 
     def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
-        """A set's values on the host in the spec's dtype: torch's CPU generator in float32, then rounded."""
-        seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
-        dtype = DTYPES[self.spec.dtype]
-        if self.scratch is None or self.buffers is None:
-            return _randn(seed, *shape).to(dtype)
-        out = self.buffers.take(shape, dtype)
-        if dtype == torch.float32:  # no rounding: the generator fills the set's own buffer
-            return _randn(seed, *shape, out=out)
-        return out.copy_(_randn(seed, *shape, out=self.scratch.take(shape)))
+        values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
+        return values.to(DTYPES[self.spec.dtype])
 
     def prefetch(self, keys: Iterable[DrawKey]) -> None:
         """Start drawing these value sets on the CPU threads (those not drawn or started yet)."""
@@ -118,14 +103,8 @@ class Draws:
                 with self.stages(DRAW_WAIT):
                     host = self._taken(kind, name, n, heads)
                 with self.stages(DRAW_MOVE):
-                    self.cache[key] = self._moved(host)
-                if self.buffers is not None and self.cache[key] is not host:
-                    self.buffers.give(host)
+                    self.cache[key] = host.to(self.device)
         return self.cache[key]
-
-    def _moved(self, host: torch.Tensor) -> torch.Tensor:
-        """The set on the task's device: from pageable memory the copy has read the host buffer on return."""
-        return host.to(self.device)
 
     def _taken(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         """The CPU draw of a set: from its thread when started there, else drawn now."""
@@ -138,15 +117,12 @@ class Draws:
         return counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
 
     def close(self) -> None:
-        """Stop the threads (sets started and not taken are dropped) and free the host buffers."""
+        """Stop the threads (sets started and not taken are dropped)."""
         if self.pool is not None:
             for started in self.ahead.values():
                 started.cancel()
             self.pool.shutdown(wait=True)
             self.pool, self.ahead = None, {}
-        if self.buffers is not None:
-            self.buffers.free.clear()
-            self.scratch = Scratch()  # the calling thread's buffer (the pool's went with its threads)
 
 
 def draw_keys(spec: JobSpec, case: str) -> List[DrawKey]:
@@ -258,7 +234,7 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
     # Logical layout: a prefix owns its pages (shared when its key repeats); new tokens follow.
     n_pages = 0
     prefix_pages: Dict[str, List[int]] = {}
-    full_pages, pre_pages, slots_new, slots_pre = [], [], [], []
+    full_pages, pre_pages, slots_pre = [], [], []
     for name in names:
         req = spec.request(name)
         key = spec.prefix_key(name)
@@ -271,45 +247,45 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
                 n_pages += count
             pages = list(prefix_pages[key])
         pre_pages.append(list(pages))
-        slots, pos = [], req.prefix_len
-        for _ in range(req.qo_len):
-            if pos % ps == 0 and pos // ps >= len(pages):
-                pages.append(n_pages)
-                n_pages += 1
-            slots.append((pages[pos // ps], pos % ps))
-            pos += 1
+        # the new tokens go on from position prefix_len: into the prefix's last page while it has room, then into a
+        # new page at each page start past the request's pages
+        last = (req.prefix_len + req.qo_len - 1) // ps if req.qo_len else -1
+        added = max(0, last - len(pages) + 1)
+        pages += range(n_pages, n_pages + added)
+        n_pages += added
         full_pages.append(pages)
-        slots_new.append(slots)
 
     spare = max(2, n_pages // 4)
     pool = n_pages + spare
     perm = torch.randperm(pool, generator=torch.Generator().manual_seed(stable_seed(spec.seed, "perm", case)))
-    phys = perm[:n_pages].tolist()
+    phys = perm[:n_pages]
     draws = draws or Draws(spec, device)
     draws.prefetch(draw_keys(spec, case))  # side by side, when the draws have threads
     # Stale, seeded garbage in every slot: a kernel reading outside its pages sees it.
     k_cache = stale(stable_seed(spec.seed, "stale-k", case), (pool, ps, hkv, d), dtype, device)
     v_cache = stale(stable_seed(spec.seed, "stale-v", case), (pool, ps, hkv, d), dtype, device)
 
-    def scatter(slots, k: torch.Tensor, v: torch.Tensor) -> None:
-        where = torch.tensor([(phys[p], s) for p, s in slots], dtype=torch.long).reshape(-1, 2).to(device)
+    def scatter(pages: List[int], start: int, count: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Tokens start..start+count-1 of a request (positions over its logical pages) into their slots."""
+        pos = torch.arange(start, start + count)
+        where = torch.stack((phys[torch.tensor(pages, dtype=torch.long)[pos // ps]], pos % ps), dim=1).to(device)
         k_cache[where[:, 0], where[:, 1]] = k
         v_cache[where[:, 0], where[:, 1]] = v
 
     for key, plen, pages in slots_pre:
-        scatter([(pages[t // ps], t % ps) for t in range(plen)],
-                draws("prefix-k", key, plen, hkv), draws("prefix-v", key, plen, hkv))
+        scatter(pages, 0, plen, draws("prefix-k", key, plen, hkv), draws("prefix-v", key, plen, hkv))
 
     qs, ks, vs = [], [], []
-    for name, slots in zip(names, slots_new):
-        n = spec.request(name).qo_len
-        qs.append(draws("q", name, n, hq))
-        ks.append(draws("k", name, n, hkv))
-        vs.append(draws("v", name, n, hkv))
-        scatter(slots, ks[-1], vs[-1])
+    for name, pages in zip(names, full_pages):
+        req = spec.request(name)
+        qs.append(draws("q", name, req.qo_len, hq))
+        ks.append(draws("k", name, req.qo_len, hkv))
+        vs.append(draws("v", name, req.qo_len, hkv))
+        scatter(pages, req.prefix_len, req.qo_len, ks[-1], vs[-1])
 
     qo_lens = [spec.request(n).qo_len for n in names]
     prefix_lens = [spec.request(n).prefix_len for n in names]
+    physical = phys.tolist()
     return Batch(
         case=case,
         requests=list(names),
@@ -321,8 +297,8 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
         v=torch.cat(vs),
         k_cache=k_cache,
         v_cache=v_cache,
-        full=PageTable.build([[phys[p] for p in pg] for pg in full_pages],
+        full=PageTable.build([[physical[p] for p in pg] for pg in full_pages],
                              [q + p for q, p in zip(qo_lens, prefix_lens)], ps),
-        prefix=PageTable.build([[phys[p] for p in pg] for pg in pre_pages], prefix_lens, ps),
+        prefix=PageTable.build([[physical[p] for p in pg] for pg in pre_pages], prefix_lens, ps),
         page_size=ps,
     )

@@ -39,7 +39,8 @@ from ..record.task import Deferred, TaskResult
 from ..spec.matrix import Cell, Shard, cells_for, profile_share
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
-from ..stages import DEVICE_WAIT, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
+from ..stages import DEVICE_WAIT, INPUTS_BESIDE, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
+from .beside import build_while
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
@@ -368,6 +369,29 @@ class ShardRunner:
             if was_open and not inside:
                 self._mark(time.perf_counter())
 
+    def _open_profile(self, cells: List[Cell], batches: dict) -> None:
+        """Where the first cell would open the profile session, open it now while a thread builds the first
+        cases' batches (beside.py): CUPTI's set-up holds this thread for seconds, the copies and scatters run
+        beside it. The thread's seconds are a row of their own (INPUTS_BESIDE), beside the stages."""
+        backend = self.backend
+        if not (cells and isinstance(backend, KernelProfiling) and not self.poisoned
+                and backend.opens_at(cells[0].repeat)):
+            return
+        beside = Stages()
+
+        def build(case: str) -> None:
+            batches[case] = build_batch(self.spec, case, self.device, self.draws)
+            self._draw_ahead(batches)
+
+        self.draws.stages = beside  # its draws' stages: inside the thread's row, not this thread's
+        try:
+            cases = dict.fromkeys(cell.case for cell in cells)
+            stream = self.streams[0] if self.streams else None
+            seconds, built = build_while(lambda: self._profile_window(cells[0].repeat), cases, build, stream)
+        finally:
+            self.draws.stages = self.stages
+        self.stages.add(INPUTS_BESIDE, seconds, built)
+
     def _draw_first(self, cells: List[Cell]) -> None:
         """Start the first cases' values on the CPU threads, up to DRAW_FIRST_BYTES of them (host memory until
         each case takes its sets), at least DRAW_AHEAD cases."""
@@ -452,6 +476,7 @@ class ShardRunner:
         if isinstance(cells, list) and cells and not self.poisoned and not self.drew_first:
             self._draw_first(cells)  # drawn while the first cell opens the profile session and the cells run
         with self.main_stream(), self.collector:
+            self._open_profile(cells, batches)
             for cell in cells:  # the first one opens the profile session (_cell), while the threads draw
                 if arm:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)

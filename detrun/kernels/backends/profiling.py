@@ -60,13 +60,19 @@ class KernelProfiling:
         inside = limit is None or repeat - self.profile_from < limit
         if not inside:
             self.close_profile()
-        elif self._session is None and not self._session_done and limit is not None and self._session_here():
+        elif self.opens_at(repeat):
             with self.stages(PROFILE_START):  # type: ignore[attr-defined]
                 try:
                     self._session = self._open_session()
                 except Exception as exc:  # then each profiled cell is profiled alone (_kernels)
                     self._session_done, self.profile_note = True, f"kernel profile session did not start: {exc}"
         return inside
+
+    def opens_at(self, repeat: int) -> bool:
+        """Would profile_window(repeat) open the window's session now (CUPTI's set-up: seconds on a GPU)?"""
+        limit = self.opts.profile_repeats  # type: ignore[attr-defined]
+        return (self._session is None and not self._session_done and limit is not None and self._session_here()
+                and repeat - self.profile_from < limit)
 
     def _session_here(self) -> bool:
         return self.one_session and self.opts.profile_kernels and self.device.type == "cuda"  # type: ignore[attr-defined]
