@@ -1,6 +1,7 @@
 """A task's first cases built on a thread while its own thread is held elsewhere (the kernel profile session's
-start: CUPTI's set-up, 3.3-4.9 s on the GPU machines, the GIL released), so their copies to the device and
-scatters are not on the first repeat's path (docs/performance.md, "The first cases built beside CUPTI's set-up").
+start: CUPTI's set-up, 3.2-4.9 s on the GPU machines, the GIL released), so some of their copies to the device and
+scatters leave the first repeat's path: 11-12 of 125 cases on an H100, whose copies wait while CUPTI sets up
+(docs/performance.md, "The first repeat's inputs, and the first cases built beside CUPTI's set-up").
 The thread is joined before any cell runs: no CUDA graph capture of the task's thread overlaps its device work.
 """
 
