@@ -13,15 +13,16 @@ def test_the_thread_builds_in_order_until_the_foreground_returns_then_is_joined(
 
     def build(case):
         built.append(case)
-        if case == "c":
+        if case == "case2":
             released.set()
         time.sleep(0.01)
 
     def foreground():  # held until the thread reached its third case
         assert released.wait(10)
 
-    seconds, count = build_while(foreground, [f"{c}" for c in "abcdefghijklmnopqrstuvwxyz"], build)
-    assert built[:3] == ["a", "b", "c"] and count == len(built) < 26  # stopped after the foreground returned
+    cases = [f"case{i}" for i in range(200)]  # 2 s of builds: the thread stops long before their end
+    seconds, count = build_while(foreground, cases, build)
+    assert built[:3] == cases[:3] and count == len(built) < len(cases)  # stopped after the foreground returned
     assert seconds > 0 and not any(t.name == "detrun-inputs" for t in threading.enumerate())  # joined
     n = len(built)
     time.sleep(0.05)

@@ -477,7 +477,7 @@ class ShardRunner:
             self._draw_first(cells)  # drawn while the first cell opens the profile session and the cells run
         with self.main_stream(), self.collector:
             self._open_profile(cells, batches)
-            for cell in cells:  # the first one opens the profile session (_cell), while the threads draw
+            for cell in cells:  # the session is open (_open_profile), or the first cell opens it (_cell)
                 if arm:
                     faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
                 self._cell(cell, batches)

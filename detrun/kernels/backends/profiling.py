@@ -56,8 +56,7 @@ class KernelProfiling:
         """Is a cell of this repeat in the task's profile window? The worker asks before each cell (the backend
         again at its plan): a one_session backend on a GPU opens the window's session at its first cell, so every
         graph the window captures is captured inside it, and closes it at the first cell past it."""
-        limit = self.opts.profile_repeats  # type: ignore[attr-defined]
-        inside = limit is None or repeat - self.profile_from < limit
+        inside = self._in_window(repeat)
         if not inside:
             self.close_profile()
         elif self.opens_at(repeat):
@@ -68,11 +67,14 @@ class KernelProfiling:
                     self._session_done, self.profile_note = True, f"kernel profile session did not start: {exc}"
         return inside
 
+    def _in_window(self, repeat: int) -> bool:
+        limit = self.opts.profile_repeats  # type: ignore[attr-defined]
+        return limit is None or repeat - self.profile_from < limit
+
     def opens_at(self, repeat: int) -> bool:
         """Would profile_window(repeat) open the window's session now (CUPTI's set-up: seconds on a GPU)?"""
-        limit = self.opts.profile_repeats  # type: ignore[attr-defined]
-        return (self._session is None and not self._session_done and limit is not None and self._session_here()
-                and repeat - self.profile_from < limit)
+        return (self._session is None and not self._session_done and self.opts.profile_repeats is not None  # type: ignore[attr-defined]
+                and self._session_here() and self._in_window(repeat))
 
     def _session_here(self) -> bool:
         return self.one_session and self.opts.profile_kernels and self.device.type == "cuda"  # type: ignore[attr-defined]
