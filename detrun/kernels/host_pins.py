@@ -64,7 +64,8 @@ def release() -> int:
     if not torch.cuda.is_initialized():
         return 0
     stats: dict = getattr(torch.cuda, "host_memory_stats", dict)()
-    empty = getattr(torch.accelerator, "empty_host_cache", None) or torch._C._host_emptyCache  # torch < 2.12
-    with GATE.alone():
-        empty()
+    empty = getattr(torch.accelerator, "empty_host_cache", None) or getattr(torch._C, "_host_emptyCache", None)
+    if empty is not None:  # torch.accelerator's from torch 2.12, torch._C's before
+        with GATE.alone():
+            empty()
     return int(stats.get("allocated_bytes.peak", 0)) >> 20
