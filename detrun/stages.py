@@ -67,8 +67,6 @@ KERNEL_ROW = "kernel (device time, overlaps the stages above)"
 INPUTS_BESIDE = "inputs beside the profile session's start (overlaps it)"
 # kernels/inputs.py: a set's CPU draw waited for (or drawn on the task's thread) and its copy to the device
 DRAW_WAIT, DRAW_MOVE = "inputs: wait for draws", "inputs: move to device"
-# kernels/host_pins.py: the drawn sets' pinned blocks given back at the task's end (count: MiB pinned at the peak)
-PIN_RELEASE = "pinned memory given back (n: MiB at its peak)"
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
     "inputs": (DRAW_WAIT, DRAW_MOVE),
@@ -82,7 +80,7 @@ STEADY_CELL = "steady cell"
 STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT, GC_PAUSE)
 BESIDE = (KERNEL_ROW, GC_ROW, INPUTS_BESIDE)  # rows that overlap the stages that add up to the wall
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
-               DEVICE_WAIT, "tensor copy", PIN_RELEASE, JIT_SAVE)
+               DEVICE_WAIT, "tensor copy", JIT_SAVE)
 
 
 def _gap(later: Optional[float], earlier: Optional[float]) -> float:

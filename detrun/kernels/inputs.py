@@ -23,7 +23,6 @@ import torch
 
 from ..spec.model import JobSpec
 from ..stages import DRAW_MOVE, DRAW_WAIT
-from . import host_pins
 from .digest import as_int64, mix, srl
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -70,26 +69,21 @@ def draw_threads() -> int:
 class Draws:
     """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once).
 
-    prefetch() starts value sets on CPU threads (CPU work, and on a CUDA device pinned allocations outside any
-    graph capture: host_pins.GATE); a call takes the set from its thread, or draws it there and then, and moves it
-    to the device on the caller's thread, without waiting where the set is pinned (stages: the task's, for
-    DRAW_WAIT and DRAW_MOVE)."""
+    prefetch() starts value sets on CPU threads (CPU work only: a CUDA graph capture on the task's thread is
+    never disturbed); a call takes the set from its thread, or draws it there and then, and moves it to the
+    device on the caller's thread (stages: the task's, for DRAW_WAIT and DRAW_MOVE)."""
 
     def __init__(self, spec: JobSpec, device, threads: int = 1,
-                 stages: Optional[Callable[[str], ContextManager]] = None, pin: Optional[bool] = None) -> None:
+                 stages: Optional[Callable[[str], ContextManager]] = None) -> None:
         self.spec, self.device = spec, device
         self.stages = stages or (lambda name: contextlib.nullcontext())
         self.cache: Dict[Any, torch.Tensor] = {}
         on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
         self.ahead: Dict[Tuple[str, str], Future] = {}
-        # sets drawn on the threads go to pinned memory where the device is a GPU
-        self.pin = on_cpu and torch.device(device).type == "cuda" if pin is None else pin
 
     def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
-        if self.pin:
-            return host_pins.pinned_empty(values.shape, DTYPES[self.spec.dtype]).copy_(values)
         return values.to(DTYPES[self.spec.dtype])
 
     def prefetch(self, keys: Iterable[DrawKey]) -> None:
@@ -108,8 +102,8 @@ class Draws:
             else:
                 with self.stages(DRAW_WAIT):
                     host = self._taken(kind, name, n, heads)
-                with self.stages(DRAW_MOVE):  # from pinned memory: queued on the stream, not waited for
-                    self.cache[key] = host.to(self.device, non_blocking=self.pin)
+                with self.stages(DRAW_MOVE):
+                    self.cache[key] = host.to(self.device)
         return self.cache[key]
 
     def _taken(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
@@ -122,15 +116,13 @@ class Draws:
         seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
         return counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
 
-    def close(self) -> int:
-        """Stop the threads (sets started and not taken are dropped) and give their pinned blocks back (a Ray
-        worker process outlives its task): the MiB of pinned memory the process held at its peak, or 0."""
+    def close(self) -> None:
+        """Stop the threads (sets started and not taken are dropped)."""
         if self.pool is not None:
             for started in self.ahead.values():
                 started.cancel()
             self.pool.shutdown(wait=True)
             self.pool, self.ahead = None, {}
-        return host_pins.release() if self.pin else 0
 
 
 def draw_keys(spec: JobSpec, case: str) -> List[DrawKey]:

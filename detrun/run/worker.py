@@ -39,16 +39,7 @@ from ..record.task import Deferred, TaskResult
 from ..spec.matrix import Cell, Shard, cells_for, profile_share
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
-from ..stages import (
-    DEVICE_WAIT,
-    INPUTS_BESIDE,
-    PIN_RELEASE,
-    STEADY_CELL,
-    STEADY_PARTS,
-    Stages,
-    SteadyTrace,
-    process_started_unix,
-)
+from ..stages import DEVICE_WAIT, INPUTS_BESIDE, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
 from .beside import build_while
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
@@ -495,10 +486,7 @@ class ShardRunner:
             with self.stages("forward", count=False):
                 self.backend.close_profile()
             self.note = "; ".join(n for n in (self.note, self.backend.profile_note) if n)
-        start = time.perf_counter()
-        pinned_mib = self.draws.close()
-        if pinned_mib:
-            self.stages.add(PIN_RELEASE, time.perf_counter() - start, pinned_mib)
+        self.draws.close()
         if arm:
             faulthandler.cancel_dump_traceback_later()
         return TaskResult(rows=self.rows, blobs=self.blobs, note=self.note, deferred=self.deferred,

@@ -19,7 +19,6 @@ from ...record.paths import (  # noqa: F401  (the backends take them from here)
 from ...spec.model import JobSpec
 from ...spec.sglang import full_prefill_graph
 from ...stages import Stages
-from .. import host_pins
 from ..inputs import Batch
 
 
@@ -234,7 +233,7 @@ def capture(fn: Callable[[], Tuple[torch.Tensor, ...]], device: torch.device, st
         after_warmup()
     with stages("graph capture"):
         graph = torch.cuda.CUDAGraph()
-        with host_pins.GATE.alone(), torch.cuda.graph(graph):  # no pinned allocation on another thread meanwhile
+        with torch.cuda.graph(graph):
             outputs = fn()
     return Captured(graph, tuple(outputs), device, plan)
 
