@@ -378,19 +378,20 @@ class ShardRunner:
                 and backend.opens_at(cells[0].repeat)):
             return
         beside = Stages()
-
-        def build(case: str) -> None:
-            batches[case] = build_batch(self.spec, case, self.device, self.draws)
-            self._draw_ahead(batches)
-
         self.draws.stages = beside  # its draws' stages: inside the thread's row, not this thread's
         try:
             cases = dict.fromkeys(cell.case for cell in cells)
             stream = self.streams[0] if self.streams else None
-            seconds, built = build_while(lambda: self._profile_window(cells[0].repeat), cases, build, stream)
+            seconds, built = build_while(lambda: self._profile_window(cells[0].repeat), cases,
+                                         lambda case: self._build(case, batches), stream)
         finally:
             self.draws.stages = self.stages
         self.stages.add(INPUTS_BESIDE, seconds, built)
+
+    def _build(self, case: str, batches: dict) -> None:
+        """The case's batch into batches, then the next cases' draws started."""
+        batches[case] = build_batch(self.spec, case, self.device, self.draws)
+        self._draw_ahead(batches)
 
     def _draw_first(self, cells: List[Cell]) -> None:
         """Start the first cases' values on the CPU threads, up to DRAW_FIRST_BYTES of them (host memory until
@@ -430,8 +431,7 @@ class ShardRunner:
         try:
             if cell.case not in batches:
                 with self.stages("inputs"):
-                    batches[cell.case] = build_batch(self.spec, cell.case, self.device, self.draws)
-                    self._draw_ahead(batches)
+                    self._build(cell.case, batches)
                 self.collector.settle()  # the cases before: their rows live until the task returns
             batch = batches[cell.case]
             if cell.mode == "cudagraph":  # no other thread may touch the GPU during a capture
