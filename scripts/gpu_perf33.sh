@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -98,6 +98,8 @@ bench_step() {  # bench_step ID TIMEOUT_S SCRIPT [ARGS]: python3 SCRIPT into $OU
 }
 # a cell's digest launch from a CUDA graph: the same bits as a plain launch, and the host's time per launch
 only dgraph && bench_step dgraph 90 scripts/digest_graph_check.py
+# the host's time per cell of the shard task's cell watchdog: faulthandler armed per cell (before) and once a second
+named wdog && bench_step wdog 40 bench/watchdog_cost.py --cells 1000 --rounds 3
 # draws: counter on the GPU against the threaded CPU draws (its bits against the CPU's)
 only draws && bench_step draws 120 bench/draws_bench.py --scale 0.5 --counter cuda
 # the CPU draws on 8 (a task's) and 15 threads

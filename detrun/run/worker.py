@@ -46,6 +46,7 @@ from .isolation import KNOWN_BUG, LOST_CONTEXT
 from .jitcache import CONTEXT_KEY as JIT_CACHE
 from .jitcache import JitCache
 from .resources import task_peaks
+from .watchdog import CellWatchdog
 
 
 def pick_device() -> torch.device:
@@ -464,13 +465,14 @@ class ShardRunner:
 
     def run(self, cells: Optional[List[Cell]] = None, watchdog: bool = False) -> TaskResult:
         """Run the shard's cells (or only `cells`). With watchdog, a cell that runs longer than
-        isolation.cell_timeout_s ends this process (faulthandler prints every thread's stack first)."""
+        isolation.cell_timeout_s ends this process (watchdog.py: at most REARM_S later)."""
         if self.environment_error:  # no rows of the wrong environment: the driver stops the run
             self.draws.close()
             return TaskResult(rows=[], blobs={}, note="", deferred=[], environment_error=self.environment_error,
                               timings={"stages": self.stages.as_dict()})
         batches: dict = {}
-        arm = watchdog and not os.environ.get("DETRUN_WATCHDOG_S")
+        dog = (CellWatchdog(self.spec.isolation.cell_timeout_s)
+               if watchdog and not os.environ.get("DETRUN_WATCHDOG_S") else None)
         if cells is None:
             cells = list(cells_for(self.spec, self.shard.repeats))
         if isinstance(cells, list) and cells and not self.poisoned and not self.drew_first:
@@ -478,8 +480,8 @@ class ShardRunner:
         with self.main_stream(), self.collector:
             self._open_profile(cells, batches)
             for cell in cells:  # the session is open (_open_profile), or the first cell opens it (_cell)
-                if arm:
-                    faulthandler.dump_traceback_later(self.spec.isolation.cell_timeout_s, exit=True)
+                if dog is not None:
+                    dog.before_cell()
                 self._cell(cell, batches)
             self._flush()
         if isinstance(self.backend, KernelProfiling):  # the session's kernel names, before the rows leave
@@ -487,8 +489,8 @@ class ShardRunner:
                 self.backend.close_profile()
             self.note = "; ".join(n for n in (self.note, self.backend.profile_note) if n)
         self.draws.close()
-        if arm:
-            faulthandler.cancel_dump_traceback_later()
+        if dog is not None:
+            dog.stop()
         return TaskResult(rows=self.rows, blobs=self.blobs, note=self.note, deferred=self.deferred,
                           environment_error="", timings={"stages": self.stages.as_dict()})
 
