@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -137,9 +137,12 @@ if named sweep-head; then  # this code against a running Ray head (a nightly's c
   stop_ray
 fi
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
+# eight cells in flight (four by default): a slow host's host work per cell is about a kernel's, so the GPU idles
+# wherever a run of small kernels outlasts what the queue holds; in the bits check
+named sweep-d8 && sweep_new sweep-d8 1 --set env.DETRUN_DIGEST_DEPTH=8
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ng sweep-head sweep-w4; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ng sweep-head sweep-w4 sweep-d8; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?
