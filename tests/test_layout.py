@@ -43,7 +43,8 @@ ALLOWED: Dict[str, Tuple[str, ...]] = {
 # What runs inside a Ray task (detrun/run/__init__.py says so): the shard task and what it uses, and the modules
 # both sides share. They never import the driver's modules (runner, submission, jobs, shrink, inline, ...) nor
 # ray: the driver's runner.shard_task / cell_task (ray.remote) are the one seam, calling worker.run_shard.
-IN_TASK = {"detrun.run.worker", "detrun.run.collector", "detrun.run.jitcache", "detrun.run.beside"}
+IN_TASK = {"detrun.run.worker", "detrun.run.collector", "detrun.run.jitcache", "detrun.run.beside",
+           "detrun.run.watchdog"}
 SHARED_WITH_TASK = {"detrun.run.isolation", "detrun.run.resources", "detrun.run.faults"}
 
 # Who may write to the terminal: the CLI's side. Every other module logs (detrun/logs.py).
