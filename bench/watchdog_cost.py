@@ -1,6 +1,6 @@
 """The host's time a shard task's cell watchdog costs per cell: faulthandler armed before every cell (the way
 before) against CellWatchdog (armed once per REARM_S), each over the same cells of `--cell-ms` of busy host
-work; prints both and their ratio, measured in this one run.
+work; prints each per cell and as a share of the cell, and the saving, measured in this one run.
 
     python bench/watchdog_cost.py                  # 4,000 cells of 1.5 ms (the sweep's kernel)
     python bench/watchdog_cost.py --cells 2000 --cell-ms 0.5

@@ -4,7 +4,6 @@ cell running past its timeout still ends the process, a cell within it never doe
 import subprocess
 import sys
 import textwrap
-import time
 
 from detrun.run import watchdog
 from detrun.run.watchdog import REARM_S, CellWatchdog
@@ -22,7 +21,7 @@ def test_armed_once_a_second_and_every_cell_covered_for_its_whole_timeout(monkey
         starts.append(now[0])
         dog.before_cell()
         now[0] += 0.0015
-    assert dog.armings == len(armed) == 15  # was 10,000 (one per cell)
+    assert len(armed) == 15  # was 10,000 (one per cell)
     assert all(timeout == 300.0 + REARM_S and exit for _, timeout, exit in armed)
     for t in starts:  # the arming in force when the cell started fires T..T+REARM_S after it
         at = max(a for a, _, _ in armed if a <= t)
@@ -48,15 +47,13 @@ def _run(*args: float) -> subprocess.CompletedProcess:
 
 
 def test_a_cell_past_its_timeout_ends_the_process_with_every_stack():
-    start = time.monotonic()
-    out = _run(0.5, 0.1, 30)  # the second cell hangs
+    out = _run(0.5, 0.1, 600)  # the second cell hangs past _run's 60 s: only the watchdog ends it in time
     assert out.returncode == 1 and "done" not in out.stdout
     assert "Timeout (" in out.stderr and "most recent call first" in out.stderr  # faulthandler's dump
-    assert time.monotonic() - start < 20  # ended at 0.5-1.5 s into the cell, not after its 30 s
 
 
 def test_cells_within_their_timeout_never_end_the_process():
-    # 0.8 s cells under a 1 s timeout for 4 s: an arming once at the start (no REARM_S on its deadline,
-    # or never armed again) would have ended it
-    out = _run(1.0, *[0.8] * 5)
+    # 0.6 s cells under a 1 s timeout for 3 s (each ends >= 0.4 s before its deadline): an arming without
+    # REARM_S on its deadline, or one never armed again, would have ended it
+    out = _run(1.0, *[0.6] * 5)
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr

@@ -23,13 +23,12 @@ class CellWatchdog:
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic):
         self.timeout_s, self.clock = timeout_s, clock
         self.armed_at: Optional[float] = None
-        self.armings = 0
 
     def before_cell(self) -> None:
         now = self.clock()
         if self.armed_at is None or now - self.armed_at >= REARM_S:
             faulthandler.dump_traceback_later(self.timeout_s + REARM_S, exit=True)
-            self.armed_at, self.armings = now, self.armings + 1
+            self.armed_at = now
 
     def stop(self) -> None:
         if self.armed_at is not None:
