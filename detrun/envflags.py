@@ -44,6 +44,8 @@ DIGEST_STREAM = "DETRUN_DIGEST_STREAM"
 DIGEST_GRAPHS = "DETRUN_DIGEST_GRAPHS"
 DEFAULT_DIGEST_DEPTH, DEFAULT_DIGEST_STREAM = "4", "low"  # docs/performance.md, "Steady overhead"
 DEFAULT_DIGEST_GRAPHS = "on"  # docs/performance.md, "A cell's digest launch from a CUDA graph"
+KERNEL_TRACER = "DETRUN_KERNEL_TRACER"
+KERNEL_TRACERS = ("torch", "cupti")  # docs/performance.md, "CUPTI's set-up, and what kineto asks of it"
 
 
 def digest_depth(value: str) -> int:
@@ -72,7 +74,17 @@ def digest_graphs(value: str) -> bool:
     return low == "on" or low in TRUE_WORDS
 
 
-TASK_SETTINGS = {DIGEST_DEPTH: digest_depth, DIGEST_STREAM: digest_stream, DIGEST_GRAPHS: digest_graphs}  # checks
+def kernel_tracer(value: str) -> str:
+    """DETRUN_KERNEL_TRACER: what records the kernel audit's session, "torch" (torch.profiler, kineto) or "cupti"
+    (CUPTI's activity API through cupti-python, kernel records only: kernel_session_cupti.py). ValueError naming
+    it otherwise."""
+    if value not in KERNEL_TRACERS:
+        raise ValueError(f"{KERNEL_TRACER}={value!r}: expected {' or '.join(KERNEL_TRACERS)}")
+    return value
+
+
+TASK_SETTINGS = {DIGEST_DEPTH: digest_depth, DIGEST_STREAM: digest_stream, DIGEST_GRAPHS: digest_graphs,
+                 KERNEL_TRACER: kernel_tracer}  # checks
 
 
 def tensor_core_flag(raw: Optional[str]) -> Optional[bool]:
@@ -98,6 +110,7 @@ class TaskFlags:
     digest_depth: int = int(DEFAULT_DIGEST_DEPTH)  # DETRUN_DIGEST_DEPTH
     digest_low_stream: bool = DEFAULT_DIGEST_STREAM == "low"  # DETRUN_DIGEST_STREAM
     digest_graphs: bool = DEFAULT_DIGEST_GRAPHS == "on"  # DETRUN_DIGEST_GRAPHS
+    kernel_tracer: str = KERNEL_TRACERS[0]  # DETRUN_KERNEL_TRACER
     recorded: Tuple[Tuple[str, str], ...] = ()  # (name, value) as the task saw them: the row's `flags`
 
     @classmethod
@@ -110,6 +123,7 @@ class TaskFlags:
             digest_depth=digest_depth(environ.get(DIGEST_DEPTH, DEFAULT_DIGEST_DEPTH)),
             digest_low_stream=digest_stream(environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)),
             digest_graphs=digest_graphs(environ.get(DIGEST_GRAPHS, DEFAULT_DIGEST_GRAPHS)),
+            kernel_tracer=kernel_tracer(environ.get(KERNEL_TRACER, KERNEL_TRACERS[0])),
             recorded=tuple((k, environ[k]) for k in sorted(set(names) | BOOL_FLAGS) if k in environ))
 
     @property

@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), cupti (bench/cupti_start.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8), sweep-cupti (DETRUN_KERNEL_TRACER=cupti) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -107,6 +107,8 @@ named threads && bench_step threads 90 bench/draws_bench.py --scale 0.5 --thread
 # CUPTI's set-up (the first session's prepare) before the CUDA context and after it, each in a fresh process
 named profpre && bench_step profpre-first 60 bench/profile_cost.py --cells 10 --prepare-first && \
   bench_step profpre-after 60 bench/profile_cost.py --cells 10
+# where the first profile session's start goes: CUPTI's own set-up (cupti-python, kernel records only) or kineto's
+named cupti && bench_step cupti 150 bench/cupti_start.py --rounds 2
 # what one kernel-audit profile costs, and two cheaper ways
 named profcost && bench_step profcost 60 bench/profile_cost.py && bench_step profcost-beside 60 bench/profile_cost.py \
   --cells 10 --prepare-beside-draws
@@ -140,9 +142,12 @@ named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
 # eight cells in flight (four by default): a slow host's host work per cell is about a kernel's, so the GPU idles
 # wherever a run of small kernels outlasts what the queue holds; in the bits check
 named sweep-d8 && sweep_new sweep-d8 1 --set env.DETRUN_DIGEST_DEPTH=8
+# the kernel audit's session recorded by CUPTI itself (cupti-python), not torch.profiler: its set-up on the critical
+# path; in the bits check, and last, so plan_diff compares its kernels with the first run's
+named sweep-cupti && sweep_new sweep-cupti 1 --set env.DETRUN_KERNEL_TRACER=cupti
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ng sweep-head sweep-w4 sweep-d8; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ng sweep-head sweep-w4 sweep-d8 sweep-cupti; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?

@@ -31,7 +31,8 @@ plat=(--only-binary=:all: --python-version 3.12 --implementation cp
 download() { python3 -m pip download -q --no-deps "${plat[@]}" -d "$dest" "$@"; }
 mkdir -p "$dest"
 for p in "apache-tvm-ffi==$tvm" jsonschema jsonschema-specifications referencing rpds-py \
-         pydantic==2.13.4 pydantic_core==2.46.4 annotated-types typing-inspection; do
+         pydantic==2.13.4 pydantic_core==2.46.4 annotated-types typing-inspection \
+         cupti-python==13.0.1; do
   download "$p"
 done
 tmp=$(mktemp -d)

@@ -80,6 +80,10 @@ class KernelProfiling:
         return self.one_session and self.opts.profile_kernels and self.device.type == "cuda"  # type: ignore[attr-defined]
 
     def _open_session(self) -> ProfileSession:
+        if self.flags.kernel_tracer == "cupti":  # type: ignore[attr-defined]  # DETRUN_KERNEL_TRACER
+            from .kernel_session_cupti import CuptiKernels, cupti_events
+
+            return ProfileSession(self.device, profiler=CuptiKernels, events=cupti_events)  # type: ignore[attr-defined]
         return ProfileSession(self.device)  # type: ignore[attr-defined]
 
     @property
