@@ -78,6 +78,8 @@ NESTED = {
 # seconds of these stages within it (recorded as "steady cell: <stage>").
 STEADY_CELL = "steady cell"
 STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT, GC_PAUSE)
+STEADY_PART_NAMES = tuple(f"{STEADY_CELL}: {p}" for p in STEADY_PARTS)  # "steady cell: <stage>", in that order
+STEADY_KERNEL = STEADY_PART_NAMES[STEADY_PARTS.index(KERNEL)]
 BESIDE = (KERNEL_ROW, GC_ROW, INPUTS_BESIDE)  # rows that overlap the stages that add up to the wall
 TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
                DEVICE_WAIT, "tensor copy", JIT_SAVE)
@@ -176,7 +178,7 @@ def steady_state(shard_timings: Dict[str, dict]) -> Optional[Tuple[int, float, D
     cells = int(total(STEADY_CELL, "n"))
     if not cells:
         return None
-    return cells, total(STEADY_CELL, "s"), {p: total(f"{STEADY_CELL}: {p}", "s") for p in STEADY_PARTS}
+    return cells, total(STEADY_CELL, "s"), {p: total(name, "s") for p, name in zip(STEADY_PARTS, STEADY_PART_NAMES)}
 
 
 class SteadyTrace:
@@ -184,18 +186,20 @@ class SteadyTrace:
     first, every EVERY-th and the last; gpu_steady reads the rate of a GPU whose tasks ran at once from it."""
 
     EVERY = 64
+    CLOCKS_EVERY = 8  # host_clocks() (two system calls, ~3 us) at each of the first 8 steady cells, then every 8th
 
     def __init__(self, stages: Stages) -> None:
         self.stages, self.n = stages, 0
         self.marks: List[Tuple[float, int, float]] = []
         self.last: Optional[Tuple[float, int, float]] = None
-        self.clocks: List[Tuple[float, float, float]] = []  # host_clocks() at the first and the last steady cell
+        self.clocks: List[Tuple[float, float, float]] = []  # host_clocks() at the first and the latest read
 
     def cell(self) -> None:
         """One more steady cell ended now."""
         self.n += 1
-        self.last = (time.time(), self.n, self.stages.seconds.get(f"{STEADY_CELL}: {KERNEL}", 0.0))
-        self.clocks[1 if self.clocks else 0:] = [host_clocks()]
+        self.last = (time.time(), self.n, self.stages.seconds.get(STEADY_KERNEL, 0.0))
+        if self.n <= self.CLOCKS_EVERY or self.n % self.CLOCKS_EVERY == 0:
+            self.clocks[1 if self.clocks else 0:] = [host_clocks()]
         if self.n == 1 or self.n % self.EVERY == 0:
             self.marks.append(self.last)
 
@@ -203,8 +207,9 @@ class SteadyTrace:
         return self.marks + ([self.last] if self.last is not None and self.last != self.marks[-1] else [])
 
     def host(self) -> Optional[Dict[str, float]]:
-        """From the first steady cell's end to the last's: wall seconds, the CPU seconds of the thread that ran
-        the cells and of the whole process, and the process's niceness (None before two steady cells)."""
+        """From the first steady cell's end to the latest whose clocks were read (any of the first 8, then every
+        8th: all but up to 7 last cells): wall seconds, the CPU seconds of the thread that ran the cells and of the
+        whole process, and the process's niceness (None before two steady cells)."""
         if len(self.clocks) < 2:
             return None
         (w0, t0, p0), (w1, t1, p1) = self.clocks

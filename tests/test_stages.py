@@ -221,21 +221,30 @@ def test_the_critical_path_is_the_shard_written_last_from_the_first_submit():
 
 
 def test_host_busy_tells_a_thread_on_the_cpu_from_one_that_waited(monkeypatch):
-    """SteadyTrace.host spans the first to the last steady cell; host_busy reads the thread's CPU share of it."""
+    """SteadyTrace.host spans the first steady cell to the latest whose clocks it read (two system calls: at each
+    of the first 8 cells, then every 8th); host_busy reads the thread's CPU share of it."""
     from detrun import stages as st
 
-    clocks = iter([(10.0, 1.0, 1.5), (11.0, 1.5, 2.0), (14.0, 2.5, 4.0)])  # wall, thread CPU, process CPU
-    monkeypatch.setattr(st, "host_clocks", lambda: next(clocks))
+    read = []  # the cells whose clocks were read: wall, thread CPU, process CPU grow with them
+
+    def clocks():
+        read.append(trace.n)
+        return (10.0 + 0.25 * trace.n, 0.75 + 0.125 * trace.n, 1.25 + 0.1875 * trace.n)  # exact in binary
+
+    monkeypatch.setattr(st, "host_clocks", clocks)
     trace = st.SteadyTrace(Stages())
     assert trace.host() is None
     trace.cell()
     assert trace.host() is None  # one steady cell spans nothing
     trace.cell()
-    trace.cell()
-    host = trace.host()
-    assert host == {"wall_s": 4.0, "thread_cpu_s": 1.5, "process_cpu_s": 2.5, "niceness": os.nice(0)}
+    assert trace.host()["wall_s"] == 0.25  # a short task: its cells' own clocks
+    for _ in range(21):  # cells 3 to 23
+        trace.cell()
+    assert read == [1, 2, 3, 4, 5, 6, 7, 8, 16]
+    host = trace.host()  # cells 1 to 16
+    assert host == {"wall_s": 3.75, "thread_cpu_s": 1.875, "process_cpu_s": 2.8125, "niceness": os.nice(0)}
     waited = st.host_busy({"a": {"steady_host": host}})
-    assert "thread on a CPU 38% of the wall" in waited and "0.62 CPUs" in waited
+    assert "thread on a CPU 50% of the wall" in waited and "0.75 CPUs" in waited
     busy = st.host_busy({"a": {"steady_host": {"wall_s": 2.0, "thread_cpu_s": 1.98, "process_cpu_s": 3.0}},
                          "b": {"steady_host": None}})
     assert "99% of the wall" in busy and "1.50 CPUs" in busy and "(1 task(s), 2.0 s)" in busy

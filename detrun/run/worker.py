@@ -39,7 +39,16 @@ from ..record.task import Deferred, TaskResult
 from ..spec.matrix import Cell, Shard, cells_for, profile_share
 from ..spec.model import JobSpec, spec_from_dict
 from ..spec.sglang import effective_knobs
-from ..stages import DEVICE_WAIT, INPUTS_BESIDE, STEADY_CELL, STEADY_PARTS, Stages, SteadyTrace, process_started_unix
+from ..stages import (
+    DEVICE_WAIT,
+    INPUTS_BESIDE,
+    STEADY_CELL,
+    STEADY_PART_NAMES,
+    STEADY_PARTS,
+    Stages,
+    SteadyTrace,
+    process_started_unix,
+)
 from .beside import build_while
 from .collector import Collector
 from .isolation import KNOWN_BUG, LOST_CONTEXT
@@ -209,7 +218,7 @@ class ShardRunner:
         self.blobs: Dict[str, bytes] = {}
         self.ran: set = set()  # (case, phase, mode) of the cells this task has run
         self.since: Optional[float] = None  # when the last cell ended (steady cells are timed from it)
-        self.before: Dict[str, float] = {}  # the STEADY_PARTS stages' seconds then
+        self.before: List[float] = []  # the STEADY_PARTS stages' seconds then, in their order
         self.trace = SteadyTrace(self.stages)  # when the steady cells ended: a GPU's rate over its tasks (stages.py)
         self.force = False  # an isolated worker: known-bug cells run anyway
         self.lost: Optional[str] = None  # the CUDA context was lost: later cells go to isolated workers
@@ -353,9 +362,10 @@ class ShardRunner:
         steady = self._run_cell(cell, batches)
         now = time.perf_counter()
         if steady and self.since is not None:
-            self.stages.add(STEADY_CELL, now - self.since)
-            for part, seconds in self.before.items():
-                self.stages.add(f"{STEADY_CELL}: {part}", self.stages.seconds.get(part, 0.0) - seconds)
+            add, seconds = self.stages.add, self.stages.seconds
+            add(STEADY_CELL, now - self.since)
+            for name, part, before in zip(STEADY_PART_NAMES, STEADY_PARTS, self.before):
+                add(name, seconds.get(part, 0.0) - before)
             self.trace.cell()
         self._mark(now)
 
@@ -414,7 +424,8 @@ class ShardRunner:
             self.draws.prefetch(draw_keys(self.spec, case))
 
     def _mark(self, now: float) -> None:
-        self.since, self.before = now, {p: self.stages.seconds.get(p, 0.0) for p in STEADY_PARTS}
+        get = self.stages.seconds.get
+        self.since, self.before = now, [get(p, 0.0) for p in STEADY_PARTS]
 
     def _run_cell(self, cell: Cell, batches: dict) -> bool:
         """Run one cell: True when it launched and is steady."""
