@@ -8,7 +8,8 @@ import pytest
 
 from detrun.errors import DetrunError
 from detrun.record.manifest import REQUIRED, Manifest
-from detrun.record.rows import SCHEMA, Row, make_row
+from detrun.record.rows import SCHEMA, Row, make_row, rows_table
+from detrun.record.status import Status
 
 
 def test_the_schema_is_the_rows_declaration_in_order_with_its_arrow_types():
@@ -27,6 +28,25 @@ def test_the_schema_is_the_rows_declaration_in_order_with_its_arrow_types():
     assert list(given) == SCHEMA.names and (given["ref_error"], given["last_out_digest"]) == ("{}", "d")
     with pytest.raises(KeyError, match="not in the row schema: \\['nosuch'\\]"):
         make_row(nosuch=1)
+
+
+def test_a_shards_rows_become_the_table_make_rows_rows_make():
+    rows = [
+        {"run_id": "r", "key": "a", "repeat": 1, "kernels": ["k1"], "status": Status.OK},
+        {"run_id": "r", "key": "b", "status": "error", "reason": "boom", "out_shape": [2, 3], "plan_ms": 0.5},
+        {"run_id": "r", "key": "c", "last_out_digest": None, "status": Status.KNOWN_BUG, "kernels": None},
+        {"key": "d"},  # status unset: ok
+    ]
+    table = rows_table(rows)
+    assert table.equals(pa.Table.from_pylist([make_row(**r) for r in rows], schema=SCHEMA))
+    assert table.column("status").to_pylist() == ["ok", "error", "known_bug", "ok"]
+    assert table.column("kernels").to_pylist() == [["k1"], [], None, []]
+    assert rows_table([]).num_rows == 0 and rows_table([]).schema == SCHEMA
+    with pytest.raises(KeyError, match="not in the row schema: \\['nosuch'\\]"):
+        rows_table([{"key": "a"}, {"key": "b", "nosuch": 1}])
+    for bad in ("", None, "broken"):
+        with pytest.raises(ValueError, match="status must be one of"):
+            rows_table([{"key": "a", "status": bad}])
 
 
 def test_a_manifest_holds_its_required_fields_and_takes_only_its_own(store):

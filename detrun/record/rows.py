@@ -114,17 +114,40 @@ _LISTS = tuple(f.name for f in SCHEMA if pa.types.is_list(f.type))  # a new [] i
 _FILL = {f.name: None if f.name in _LISTS else ADDED.get(f.name) or _DEFAULTS[f.type] for f in SCHEMA}
 
 
-def make_row(**fields) -> Row:
-    """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
+def _checked(fields: typing.Mapping[str, Any]) -> str:
+    """The row's status as stored (a plain str; unset: ok); unknown fields or another status are an error."""
     unknown = fields.keys() - _NAME_SET
     if unknown:
         raise KeyError(f"not in the row schema: {sorted(unknown)}")
-    if fields.get("status", Status.OK) not in STATUSES:
+    status = fields.get("status", Status.OK)
+    if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}")
+    return Status(status).value  # a plain str: rows cross Ray as plain values
+
+
+def make_row(**fields) -> Row:
+    """Build one row against SCHEMA: unknown fields are an error, missing ones get defaults."""
+    status = _checked(fields)
     row = dict(_FILL)
     row.update(fields)  # the keys are SCHEMA's: the order stays SCHEMA's
     for name in _LISTS:
         if name not in fields:
             row[name] = []
-    row["status"] = Status(row["status"] or Status.OK).value  # a plain str: rows cross Ray as plain values
+    row["status"] = status
     return cast(Row, row)
+
+
+def rows_table(rows: typing.Sequence[typing.Mapping[str, Any]]) -> pa.Table:
+    """Rows as make_row builds each, as one table against SCHEMA, built column by column (the driver's write of a
+    shard's rows: half the time of a table from make_row's dicts, bench/sweep_rows.py)."""
+    statuses = [_checked(r) for r in rows]
+    columns: Dict[str, list] = {}
+    for name in SCHEMA.names:
+        if name == "status":
+            columns[name] = statuses
+        elif name in _LISTS:
+            columns[name] = [r[name] if name in r else [] for r in rows]
+        else:
+            default = _FILL[name]
+            columns[name] = [r.get(name, default) for r in rows]
+    return pa.Table.from_pydict(columns, schema=SCHEMA)

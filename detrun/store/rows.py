@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import DetrunError
-from ..record.rows import SCHEMA, make_row
+from ..record.rows import SCHEMA, rows_table
 from .files import Files, guarded
 
 
@@ -43,7 +43,7 @@ class Rows(Files):
     """The rows files of the runs under a root."""
 
     def write_rows(self, run_id: str, shard: str, rows: Sequence[dict]) -> str:
-        table = pa.Table.from_pylist([make_row(**r) for r in rows], schema=SCHEMA)
+        table = rows_table(rows)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         path = self._p(run_id, "rows", f"part-{shard}.parquet")
