@@ -8,8 +8,9 @@ GEMM (the CUDA context and cuBLAS loaded, as a task has before its first cell):
 - `kernel`: CUPTI's activity API through NVIDIA's cupti-python, kernel records only (CONCURRENT_KERNEL);
 - `kinds`: as `kernel`, then kineto's other CUDA kinds enabled one at a time, each timed;
 - `kernel+torch`: `kernel`'s set-up, then torch's profiler entered in the same process; CUPTI's names (demangled
-  as the audit's cupti tracer does, kernel_session_cupti.py) against torch's for the same GEMMs.
-Each way runs two GEMMs under its session and reads back the kernels' names (checked: at least one GEMM).
+  as the audit's cupti tracer does, kernel_session_cupti.py) against torch's for the same kernels.
+Each way runs two GEMMs, each followed by a tanh, under its session and reads back the kernels' names. Exit 1 if
+a way failed, saw fewer than two kernels, or found other names than torch's.
 Needs CUDA and the cupti-python wheel (pip install cupti-python==13.0.*). Prints seconds per step, per round.
 """
 
@@ -26,7 +27,7 @@ KINETO_KINDS = ("RUNTIME", "DRIVER", "MEMCPY", "MEMSET", "OVERHEAD", "EXTERNAL_C
 
 def _gemms(torch, a):
     for _ in range(2):
-        a = a @ a
+        a = (a @ a).tanh_()  # cuBLAS's GEMM (a C name) and torch's templated tanh kernel (a mangled C++ name)
     torch.cuda.synchronize()
 
 
@@ -115,6 +116,7 @@ def main() -> int:
             got = json.loads(p.stdout.strip().splitlines()[-1])
             steps = ", ".join(f"{k} {v:.3f}" for k, v in got["steps"].items())
             ok = "ok" if got["kernels"] >= 2 else "NO GEMM SEEN"
+            failed += ok != "ok" or got.get("same names as torch") is False
             same = f"; same names as torch: {got['same names as torch']}" if "same names as torch" in got else ""
             print(f"round {r} {way}: {steps} (s); kernels {got['kernels']} {ok}{same} {got['names']}")
     return 1 if failed else 0

@@ -43,7 +43,8 @@ def main() -> int:
     median = statistics.median(rounds)
     print(f"detrun from {sys.modules['detrun'].__file__}")
     print(f"rounds: {', '.join(f'{r:.2f}' for r in rounds)} us per steady cell")
-    print(f"median {median:.2f} us per steady cell: {100 * median / (1000 * KERNEL_MS):.2f}% of a {KERNEL_MS} ms kernel")
+    share = 100 * median / (1000 * KERNEL_MS)
+    print(f"median {median:.2f} us per steady cell: {share:.2f}% of a {KERNEL_MS} ms kernel")
     return 0
 
 
