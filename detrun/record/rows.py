@@ -139,7 +139,7 @@ def make_row(**fields) -> Row:
 
 def rows_table(rows: typing.Sequence[typing.Mapping[str, Any]]) -> pa.Table:
     """Rows as make_row builds each, as one table against SCHEMA, built column by column (the driver's write of a
-    shard's rows: half the time of a table from make_row's dicts, bench/sweep_rows.py)."""
+    shard's rows: two thirds of the time of a table from make_row's dicts, bench/sweep_rows.py)."""
     statuses = [_checked(r) for r in rows]
     columns: Dict[str, list] = {}
     for name in SCHEMA.names:
