@@ -10,11 +10,13 @@ GEMM (the CUDA context and cuBLAS loaded, as a task has before its first cell):
 - `kernel+torch`: `kernel`'s set-up, then torch's profiler entered in the same process; CUPTI's names (demangled
   as the audit's cupti tracer does, kernel_session_cupti.py) against torch's for the same kernels.
 Each way runs two GEMMs, each followed by a tanh, under its session and reads back the kernels' names. Exit 1 if
-a way failed, saw fewer than two kernels, or found other names than torch's.
+a way saw fewer than two kernels or found other names than torch's; 2 without CUDA or cupti-python (checked
+first); 3 if a way's process failed anyway.
 Needs CUDA and the cupti-python wheel (pip install cupti-python==13.0.*). Prints seconds per step, per round.
 """
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -99,18 +101,23 @@ def child(way: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, choices=range(1, 11), metavar="1..10")
     ap.add_argument("--child", choices=WAYS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
-    failed = 0
+    missing = [m for m in ("torch", "cupti") if importlib.util.find_spec(m) is None]
+    if missing or not _cuda():
+        need = ", ".join(missing) or "a CUDA device"
+        print(f"cupti_start.py: needs CUDA and cupti-python; missing: {need}", file=sys.stderr)
+        return 2
+    failed = crashed = 0
     for r in range(args.rounds):
         for way in WAYS:
             p = subprocess.run([sys.executable, __file__, "--child", way], capture_output=True, text=True, timeout=120)
             if p.returncode:
-                failed += 1
+                crashed += 1
                 print(f"round {r} {way}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
                 continue
             got = json.loads(p.stdout.strip().splitlines()[-1])
@@ -119,7 +126,13 @@ def main() -> int:
             failed += ok != "ok" or got.get("same names as torch") is False
             same = f"; same names as torch: {got['same names as torch']}" if "same names as torch" in got else ""
             print(f"round {r} {way}: {steps} (s); kernels {got['kernels']} {ok}{same} {got['names']}")
-    return 1 if failed else 0
+    return 3 if crashed else 1 if failed else 0
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 if __name__ == "__main__":
