@@ -34,10 +34,16 @@ def per_cell_us(cells: int) -> float:
     return 1e6 * (time.perf_counter() - start) / cells
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return int(text)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cells", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cells", type=_positive, default=100_000)
+    ap.add_argument("--rounds", type=_positive, default=3)
     args = ap.parse_args()
     rounds = [per_cell_us(args.cells) for _ in range(args.rounds)]
     median = statistics.median(rounds)
