@@ -45,7 +45,7 @@ DIGEST_GRAPHS = "DETRUN_DIGEST_GRAPHS"
 DEFAULT_DIGEST_DEPTH, DEFAULT_DIGEST_STREAM = "4", "low"  # docs/performance.md, "Steady overhead"
 DEFAULT_DIGEST_GRAPHS = "on"  # docs/performance.md, "A cell's digest launch from a CUDA graph"
 KERNEL_TRACER = "DETRUN_KERNEL_TRACER"
-KERNEL_TRACERS = ("torch", "cupti")  # docs/performance.md, "CUPTI's set-up, and what kineto asks of it"
+KERNEL_TRACERS = ("auto", "cupti", "torch")  # docs/performance.md, "CUPTI's kernel records on an H100"
 
 
 def digest_depth(value: str) -> int:
@@ -75,11 +75,11 @@ def digest_graphs(value: str) -> bool:
 
 
 def kernel_tracer(value: str) -> str:
-    """DETRUN_KERNEL_TRACER: what records the kernel audit's session, "torch" (torch.profiler, kineto) or "cupti"
-    (CUPTI's activity API through cupti-python, kernel records only: kernel_session_cupti.py). ValueError naming
-    it otherwise."""
+    """DETRUN_KERNEL_TRACER: what records the kernel audit's session: "cupti" (CUPTI's activity API through
+    cupti-python, kernel records only: kernel_session_cupti.py), "torch" (torch.profiler, kineto) or "auto" (cupti
+    where cupti-python imports, else torch). ValueError naming it otherwise."""
     if value not in KERNEL_TRACERS:
-        raise ValueError(f"{KERNEL_TRACER}={value!r}: expected {' or '.join(KERNEL_TRACERS)}")
+        raise ValueError(f"{KERNEL_TRACER}={value!r}: expected auto, cupti or torch")
     return value
 
 

@@ -109,6 +109,38 @@ def test_the_backend_opens_its_window_with_cupti_when_the_task_says_so(monkeypat
     assert not be.session_open and cupti.enabled == set() and be.profile_note == ""
 
 
+class StandInTorchProfile:
+    """torch.profiler.profile as ProfileSession starts it (on a CPU machine the real one refuses CUDA activity)."""
+
+    def __init__(self, activities):
+        self.activities = activities
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
+@pytest.mark.parametrize("tracer, installed, recorder", [
+    ("auto", True, CuptiKernels),  # the default: CUPTI's kernel records where cupti-python imports
+    ("auto", False, StandInTorchProfile),  # else torch.profiler, with no note
+    ("torch", True, StandInTorchProfile),
+])
+def test_the_window_is_recorded_by_the_tracer_the_task_may_use(monkeypatch, tracer, installed, recorder):
+    cupti = StandInCupti()
+    monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti) if installed else None)
+    monkeypatch.setattr(torch.profiler, "profile", StandInTorchProfile)
+    be = _backend(monkeypatch, tracer)
+    assert be.profile_window(0) and be.session_open and be.profile_note == ""
+    assert type(be._session.prof) is recorder
+    assert cupti.enabled == ({10} if recorder is CuptiKernels else set())
+
+
+def test_auto_is_the_default():
+    assert TaskFlags.parse({}).kernel_tracer == "auto"
+
+
 def test_without_cupti_python_the_window_says_its_session_did_not_start(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", None)  # import cupti raises ImportError
     be = _backend(monkeypatch, "cupti")

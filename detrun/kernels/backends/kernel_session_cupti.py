@@ -20,7 +20,7 @@ class CuptiKernels:
     """start() and stop() as torch's profiler; between them, every kernel's (start ns, stream, mangled name)."""
 
     def __init__(self, cupti: Optional[Any] = None):
-        self.cupti: Any = cupti if cupti is not None else _cupti_python()
+        self.cupti: Any = cupti if cupti is not None else cupti_python()
         self.kind = int(self.cupti.ActivityKind.CONCURRENT_KERNEL)
         self.records: List[Tuple[int, int, str]] = []
 
@@ -43,8 +43,9 @@ class CuptiKernels:
             self.cupti.activity_disable(self.kind)
 
 
-def _cupti_python() -> Any:
-    from cupti import cupti  # cupti-python; an ImportError here: the session did not start (profiling.py)
+def cupti_python() -> Any:
+    """cupti-python's module; ImportError where it (or what it loads: cuda-bindings, libcupti) is missing."""
+    from cupti import cupti
 
     return cupti
 

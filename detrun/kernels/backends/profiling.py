@@ -80,10 +80,20 @@ class KernelProfiling:
         return self.one_session and self.opts.profile_kernels and self.device.type == "cuda"  # type: ignore[attr-defined]
 
     def _open_session(self) -> ProfileSession:
-        if self.flags.kernel_tracer == "cupti":  # type: ignore[attr-defined]  # DETRUN_KERNEL_TRACER
-            from .kernel_session_cupti import CuptiKernels, cupti_events
+        """The window's session, recorded as DETRUN_KERNEL_TRACER says: "auto" takes CUPTI's kernel records where
+        cupti-python imports (its set-up takes milliseconds, torch.profiler's seconds), else torch.profiler."""
+        tracer = self.flags.kernel_tracer  # type: ignore[attr-defined]
+        if tracer != "torch":
+            from .kernel_session_cupti import CuptiKernels, cupti_events, cupti_python
 
-            return ProfileSession(self.device, profiler=CuptiKernels, events=cupti_events)  # type: ignore[attr-defined]
+            try:
+                cupti = cupti_python()
+            except ImportError:
+                if tracer == "cupti":
+                    raise
+            else:
+                return ProfileSession(self.device, profiler=lambda: CuptiKernels(cupti),  # type: ignore[attr-defined]
+                                      events=cupti_events)
         return ProfileSession(self.device)  # type: ignore[attr-defined]
 
     @property
