@@ -137,6 +137,17 @@ def test_the_window_is_recorded_by_the_tracer_the_task_may_use(monkeypatch, trac
     assert cupti.enabled == ({10} if recorder is CuptiKernels else set())
 
 
+def test_auto_takes_torch_where_cupti_python_fails_to_load(monkeypatch):
+    class OtherCuda(types.ModuleType):  # cupti-python for another CUDA: its libcupti does not load
+        def __getattr__(self, name):
+            raise OSError("libcupti.so.13: cannot open shared object file")
+
+    monkeypatch.setitem(sys.modules, "cupti", OtherCuda("cupti"))
+    monkeypatch.setattr(torch.profiler, "profile", StandInTorchProfile)
+    be = _backend(monkeypatch, "auto")
+    assert be.profile_window(0) and type(be._session.prof) is StandInTorchProfile and be.profile_note == ""
+
+
 def test_auto_is_the_default():
     assert TaskFlags.parse({}).kernel_tracer == "auto"
 

@@ -44,7 +44,7 @@ class CuptiKernels:
 
 
 def cupti_python() -> Any:
-    """cupti-python's module; ImportError where it (or what it loads: cuda-bindings, libcupti) is missing."""
+    """cupti-python's module; an ImportError (or OSError) where it, or what it loads, is missing or for another CUDA."""
     from cupti import cupti
 
     return cupti

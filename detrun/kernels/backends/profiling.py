@@ -88,7 +88,7 @@ class KernelProfiling:
 
             try:
                 cupti = cupti_python()
-            except ImportError:
+            except Exception:  # not installed, or for another CUDA (its libraries fail to load)
                 if tracer == "cupti":
                     raise
             else:
