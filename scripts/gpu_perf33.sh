@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), cupti (bench/cupti_start.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8), sweep-cupti (DETRUN_KERNEL_TRACER=cupti) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), sweep-hc (the same with draws: counter), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), cupti (bench/cupti_start.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8), sweep-cupti (DETRUN_KERNEL_TRACER=cupti) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -133,9 +133,13 @@ only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
 only sweep-ng && sweep_new sweep-ng 1 --set env.DETRUN_DIGEST_GRAPHS=off  # the same, digests launched as before
-if named sweep-head; then  # this code against a running Ray head (a nightly's cluster, --address): no Ray start
+if named sweep-head || named sweep-hc; then  # this code against a running Ray head (a nightly's cluster, --address)
   start_ray
-  (( ${#ADDR[@]} )) && sweep_new sweep-head 1 "${ADDR[@]}"
+  if (( ${#ADDR[@]} )); then
+    named sweep-head && sweep_new sweep-head 1 "${ADDR[@]}"
+    # the same with draws: counter (the inputs made on the device): other inputs, not in the bits check
+    named sweep-hc && sweep_new sweep-hc 1 "${ADDR[@]}" --set draws=counter
+  fi
   stop_ray
 fi
 named sweep-w4 && sweep_new sweep-w4 4    # only when DETRUN_GPU_ONLY names it
