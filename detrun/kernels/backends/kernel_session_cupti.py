@@ -1,8 +1,8 @@
 """The kernel audit's session recorded by CUPTI's activity API itself (NVIDIA's cupti-python), kernel records only,
-instead of torch.profiler (DETRUN_KERNEL_TRACER=cupti). It plugs into ProfileSession (kernel_session.py): the same
-markers, the same split per cell; a kernel's name is demangled as kineto shows it (libstdc++'s __cxa_demangle).
-Copies and fills are not recorded (the audit reads FlashInfer's kernels only). Why: docs/performance.md, "CUPTI's
-set-up, and what kineto asks of it".
+instead of torch.profiler (DETRUN_KERNEL_TRACER: auto where cupti-python loads, or cupti). It plugs into
+ProfileSession (kernel_session.py): the same markers, the same split per cell; a kernel's name is demangled as
+kineto shows it (libstdc++'s __cxa_demangle). Copies and fills are not recorded (the audit reads FlashInfer's
+kernels only). Why: docs/performance.md, "CUPTI's kernel records on an H100".
 """
 
 from __future__ import annotations
