@@ -79,7 +79,8 @@ def kernel_tracer(value: str) -> str:
     cupti-python, kernel records only: kernel_session_cupti.py), "torch" (torch.profiler, kineto) or "auto" (cupti
     where cupti-python imports, else torch). ValueError naming it otherwise."""
     if value not in KERNEL_TRACERS:
-        raise ValueError(f"{KERNEL_TRACER}={value!r}: expected auto, cupti or torch")
+        *most, last = KERNEL_TRACERS
+        raise ValueError(f"{KERNEL_TRACER}={value!r}: expected {', '.join(most)} or {last}")
     return value
 
 
