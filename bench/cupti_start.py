@@ -35,11 +35,10 @@ def _gemms(torch, a):
 
 def _cupti_session(steps):
     """CUPTI's kernel records as the audit's cupti tracer keeps them (kernel_session_cupti.py), started."""
-    from detrun.kernels.backends.kernel_session_cupti import CuptiKernels
+    from detrun.kernels.backends.kernel_session_cupti import CuptiKernels, cupti_python
 
     t = time.perf_counter()
-    from cupti import cupti
-
+    cupti = cupti_python()
     steps["import cupti"] = time.perf_counter() - t
     t = time.perf_counter()
     tracer = CuptiKernels(cupti)

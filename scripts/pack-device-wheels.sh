@@ -3,9 +3,9 @@
 # lacks, small enough to travel with the working tree (64 MiB per call in all):
 #   bash scripts/pack-device-wheels.sh               # .whl/: flashinfer 0.6.7.post3 (its wheel), tvm-ffi 0.1.9
 #   bash scripts/pack-device-wheels.sh 0.7.2.post1   # .whl-next/: flashinfer 0.7.2.post1 stripped, tvm-ffi 0.1.15.post2
-# Both add a stripped Ray 2.60 (ray-core.tar.xz), pydantic and cupti-python (DETRUN_KERNEL_TRACER=cupti,
-# bench/cupti_start.py); scripts/device_setup.sh installs from DETRUN_WHL (default .whl). NVCC=/path/to/nvcc
-# also scans every header the stripped tree's JIT includes.
+# Both add a stripped Ray 2.60 (ray-core.tar.xz), pydantic and cupti-python (the audit's tracer where it loads,
+# DETRUN_KERNEL_TRACER=auto; bench/cupti_start.py); scripts/device_setup.sh installs from DETRUN_WHL (default
+# .whl). NVCC=/path/to/nvcc also scans every header the stripped tree's JIT includes.
 #
 # 0.7.2.post1's wheel is 62 MB (427 MB unpacked, ships no prebuilt cubins), so it travels as
 # flashinfer.tar.xz with what the FA2/FA3 batch prefill, batch decode and cascade (merge_state) JIT
