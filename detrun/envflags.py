@@ -46,6 +46,8 @@ DEFAULT_DIGEST_DEPTH, DEFAULT_DIGEST_STREAM = "4", "low"  # docs/performance.md,
 DEFAULT_DIGEST_GRAPHS = "on"  # docs/performance.md, "A cell's digest launch from a CUDA graph"
 KERNEL_TRACER = "DETRUN_KERNEL_TRACER"
 KERNEL_TRACERS = ("auto", "cupti", "torch")  # docs/performance.md, "CUPTI's kernel records on an H100"
+DRAW_RING_MB = "DETRUN_DRAW_RING_MB"
+DEFAULT_DRAW_RING_MB = "1024"  # docs/performance.md, "The drawn sets through a pinned ring"
 
 
 def digest_depth(value: str) -> int:
@@ -84,8 +86,16 @@ def kernel_tracer(value: str) -> str:
     return value
 
 
+def draw_ring_mb(value: str) -> int:
+    """DETRUN_DRAW_RING_MB: MiB of pinned host memory a task on a GPU draws its value sets into
+    (kernels/pinned_ring.py; 0: none, each set is copied from pageable memory). ValueError naming it otherwise."""
+    if not value.isdecimal():
+        raise ValueError(f"{DRAW_RING_MB}={value!r}: expected a whole number of MiB (0: no ring)")
+    return int(value)
+
+
 TASK_SETTINGS = {DIGEST_DEPTH: digest_depth, DIGEST_STREAM: digest_stream, DIGEST_GRAPHS: digest_graphs,
-                 KERNEL_TRACER: kernel_tracer}  # checks
+                 KERNEL_TRACER: kernel_tracer, DRAW_RING_MB: draw_ring_mb}  # checks
 
 
 def tensor_core_flag(raw: Optional[str]) -> Optional[bool]:
@@ -112,6 +122,7 @@ class TaskFlags:
     digest_low_stream: bool = DEFAULT_DIGEST_STREAM == "low"  # DETRUN_DIGEST_STREAM
     digest_graphs: bool = DEFAULT_DIGEST_GRAPHS == "on"  # DETRUN_DIGEST_GRAPHS
     kernel_tracer: str = KERNEL_TRACERS[0]  # DETRUN_KERNEL_TRACER
+    draw_ring_mb: int = int(DEFAULT_DRAW_RING_MB)  # DETRUN_DRAW_RING_MB
     recorded: Tuple[Tuple[str, str], ...] = ()  # (name, value) as the task saw them: the row's `flags`
 
     @classmethod
@@ -125,6 +136,7 @@ class TaskFlags:
             digest_low_stream=digest_stream(environ.get(DIGEST_STREAM, DEFAULT_DIGEST_STREAM)),
             digest_graphs=digest_graphs(environ.get(DIGEST_GRAPHS, DEFAULT_DIGEST_GRAPHS)),
             kernel_tracer=kernel_tracer(environ.get(KERNEL_TRACER, KERNEL_TRACERS[0])),
+            draw_ring_mb=draw_ring_mb(environ.get(DRAW_RING_MB, DEFAULT_DRAW_RING_MB)),
             recorded=tuple((k, environ[k]) for k in sorted(set(names) | BOOL_FLAGS) if k in environ))
 
     @property

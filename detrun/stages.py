@@ -67,6 +67,7 @@ KERNEL_ROW = "kernel (device time, overlaps the stages above)"
 INPUTS_BESIDE = "inputs beside the profile session's start (overlaps it)"
 # kernels/inputs.py: a set's CPU draw waited for (or drawn on the task's thread) and its copy to the device
 DRAW_WAIT, DRAW_MOVE = "inputs: wait for draws", "inputs: move to device"
+PINNED_RING = "draws: pinned ring"  # kernels/pinned_ring.py: its host memory allocated (once, at the task's start)
 NESTED = {
     "backend init": ("import flashinfer", JIT_RESTORE),
     "inputs": (DRAW_WAIT, DRAW_MOVE),
@@ -81,8 +82,8 @@ STEADY_PARTS = (KERNEL, "plan", PLAN_WAIT, "digest", DEVICE_WAIT, GC_PAUSE)
 STEADY_PART_NAMES = tuple(f"{STEADY_CELL}: {p}" for p in STEADY_PARTS)  # "steady cell: <stage>", in that order
 STEADY_KERNEL = STEADY_PART_NAMES[STEADY_PARTS.index(KERNEL)]
 BESIDE = (KERNEL_ROW, GC_ROW, INPUTS_BESIDE)  # rows that overlap the stages that add up to the wall
-TASK_STAGES = ("cuda context", "backend init", "environment", "inputs", "digest: wait for prewarm", "forward", "digest",
-               DEVICE_WAIT, "tensor copy", JIT_SAVE)
+TASK_STAGES = ("cuda context", PINNED_RING, "backend init", "environment", "inputs", "digest: wait for prewarm",
+               "forward", "digest", DEVICE_WAIT, "tensor copy", JIT_SAVE)
 
 
 def _gap(later: Optional[float], earlier: Optional[float]) -> float:

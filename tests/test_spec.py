@@ -27,6 +27,7 @@ def test_shipped_jobs_load_with_their_paged_flag(job):
         ({"env": {"DETRUN_DIGEST_STREAM": "side"}}, "DETRUN_DIGEST_STREAM='side': expected low or same"),
         ({"env": {"DETRUN_DIGEST_GRAPHS": "auto"}}, "DETRUN_DIGEST_GRAPHS='auto': expected on or off"),
         ({"env": {"DETRUN_KERNEL_TRACER": "kineto"}}, "DETRUN_KERNEL_TRACER='kineto': expected auto, cupti or torch"),
+        ({"env": {"DETRUN_DRAW_RING_MB": "1G"}}, "DETRUN_DRAW_RING_MB='1G': expected a whole number of MiB (0: no ring)"),
         ({"colour": "blue"}, "colour: not a key of the job spec"),
         ({"modes": ["eager", "graph"]}, "modes.1"),
         ({"heads": {"qo": 6, "kv": 4}}, "multiple of kv heads"),

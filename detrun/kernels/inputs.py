@@ -24,6 +24,7 @@ import torch
 from ..spec.model import JobSpec
 from ..stages import DRAW_MOVE, DRAW_WAIT
 from .digest import as_int64, mix, srl
+from .pinned_ring import Block, PinnedRing
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -74,17 +75,20 @@ class Draws:
     device on the caller's thread (stages: the task's, for DRAW_WAIT and DRAW_MOVE)."""
 
     def __init__(self, spec: JobSpec, device, threads: int = 1,
-                 stages: Optional[Callable[[str], ContextManager]] = None) -> None:
+                 stages: Optional[Callable[[str], ContextManager]] = None, ring: Optional[PinnedRing] = None) -> None:
+        """ring: pinned host memory the threads draw into, so a set's move is a queued copy (pinned_ring.py)."""
         self.spec, self.device = spec, device
         self.stages = stages or (lambda name: contextlib.nullcontext())
         self.cache: Dict[Any, torch.Tensor] = {}
         on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
-        self.ahead: Dict[Tuple[str, str], Future] = {}
+        self.ring = ring if on_cpu else None
+        self.ahead: Dict[Tuple[str, str], Tuple[Future, Optional[Block]]] = {}
 
-    def _host(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
+    def _host(self, kind: str, name: str, n: int, heads: int, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """A set drawn on the CPU in the spec's dtype (into out, a ring's view, when given: the same cast)."""
         values = _randn(stable_seed(self.spec.seed, kind, name), n, heads, self.spec.head_dim)
-        return values.to(DTYPES[self.spec.dtype])
+        return values.to(DTYPES[self.spec.dtype]) if out is None else out.copy_(values)
 
     def prefetch(self, keys: Iterable[DrawKey]) -> None:
         """Start drawing these value sets on the CPU threads (those not drawn or started yet)."""
@@ -92,7 +96,9 @@ class Draws:
             return
         for kind, name, n, heads in keys:
             if (kind, name) not in self.cache and (kind, name) not in self.ahead:
-                self.ahead[(kind, name)] = self.pool.submit(self._host, kind, name, n, heads)
+                room = self.ring.reserve((n, heads, self.spec.head_dim), DTYPES[self.spec.dtype]) if self.ring else None
+                block, out = room if room is not None else (None, None)
+                self.ahead[(kind, name)] = (self.pool.submit(self._host, kind, name, n, heads, out), block)
 
     def __call__(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         key = (kind, name)
@@ -101,15 +107,20 @@ class Draws:
                 self.cache[key] = self._counter(kind, name, n, heads)
             else:
                 with self.stages(DRAW_WAIT):
-                    host = self._taken(kind, name, n, heads)
+                    host, block = self._taken(kind, name, n, heads)
                 with self.stages(DRAW_MOVE):
-                    self.cache[key] = host.to(self.device)
+                    # a ring's block is reused once moved: a copy even where the device is the host's
+                    self.cache[key] = host.to(self.device, non_blocking=block is not None, copy=block is not None)
+                    if block is not None and self.ring is not None:
+                        self.ring.fence(block)
         return self.cache[key]
 
-    def _taken(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
-        """The CPU draw of a set: from its thread when started there, else drawn now."""
+    def _taken(self, kind: str, name: str, n: int, heads: int) -> Tuple[torch.Tensor, Optional[Block]]:
+        """The CPU draw of a set and its ring block: from its thread when started there, else drawn now."""
         started = self.ahead.pop((kind, name), None)
-        return started.result() if started is not None else self._host(kind, name, n, heads)
+        if started is None:
+            return self._host(kind, name, n, heads), None
+        return started[0].result(), started[1]
 
     def _counter(self, kind: str, name: str, n: int, heads: int) -> torch.Tensor:
         """A set made on the device (draws: counter), in the spec's dtype."""
@@ -119,7 +130,7 @@ class Draws:
     def close(self) -> None:
         """Stop the threads (sets started and not taken are dropped)."""
         if self.pool is not None:
-            for started in self.ahead.values():
+            for started, _ in self.ahead.values():
                 started.cancel()
             self.pool.shutdown(wait=True)
             self.pool, self.ahead = None, {}

@@ -32,6 +32,7 @@ from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.digest_graphs import DigestGraphs
 from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads
+from ..kernels.pinned_ring import PinnedRing
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
 from ..record.status import Status
@@ -42,6 +43,7 @@ from ..spec.sglang import effective_knobs
 from ..stages import (
     DEVICE_WAIT,
     INPUTS_BESIDE,
+    PINNED_RING,
     STEADY_CELL,
     STEADY_PART_NAMES,
     STEADY_PARTS,
@@ -176,8 +178,9 @@ class ShardRunner:
         # The task's flags, parsed once from its environment (Ray's runtime_env set the spec's env there): the
         # backend is built with them and the rows record them (a bad value set on a node fails the task, naming it)
         self.flags = TaskFlags.parse(os.environ, spec.env)
-        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work
-        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages)
+        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work (into pinned
+        # memory on a GPU: each set's move is then a queued copy)
+        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages, ring=self._ring())
         self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
             self._draw_first(list(cells_for(spec, shard.repeats)))
@@ -238,6 +241,13 @@ class ShardRunner:
         # each row's error against an fp64 (CPU) or fp32 (device) reference (spec reference_error)
         self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
+
+    def _ring(self) -> Optional[PinnedRing]:
+        """The pinned ring the draw threads write into (DETRUN_DRAW_RING_MB), on a GPU with CPU draws only."""
+        if self.device.type != "cuda" or self.spec.draws != "cpu" or not self.flags.draw_ring_mb:
+            return None
+        with self.stages(PINNED_RING):
+            return PinnedRing(self.flags.draw_ring_mb << 20)
 
     def use_digest_stream(self, on: bool) -> None:
         """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a

@@ -1,0 +1,86 @@
+"""The pinned ring the draw threads write value sets into (kernels/pinned_ring.py): blocks are reserved in order,
+given back only once the copy that read them is done, reused from the start when the end is reached, and a set that
+finds no room is drawn into pageable memory, with the same bits either way."""
+
+import torch
+
+from detrun.kernels.inputs import Draws, build_batch, draw_keys
+from detrun.kernels.pinned_ring import ALIGN, PinnedRing
+from detrun.spec.model import spec_from_dict
+from tests.helpers import small
+
+
+class Copy:
+    """A stand-in for a CUDA event: done once the test says its copy finished."""
+
+    def __init__(self):
+        self.done = False
+
+    def record(self):
+        pass
+
+    def query(self):
+        return self.done
+
+
+def ring(blocks: int) -> PinnedRing:
+    return PinnedRing(blocks * ALIGN, pinned=False, new_event=Copy)
+
+
+def test_a_block_is_reused_only_after_its_copy_is_done():
+    r = ring(3)
+    a, b, c = (r.reserve((ALIGN,), torch.uint8) for _ in range(3))
+    assert [x[0].start for x in (a, b, c)] == [0, ALIGN, 2 * ALIGN]
+    assert r.reserve((1,), torch.uint8) is None  # full
+    r.fence(a[0])
+    assert r.reserve((1,), torch.uint8) is None  # a's copy is queued, not done
+    a[0].fence.done = True
+    d = r.reserve((1,), torch.uint8)
+    assert d is not None and d[0].start == 0  # wrapped to the start, where a was
+
+
+def test_blocks_are_given_back_in_order_and_a_set_too_big_for_the_gap_waits():
+    r = ring(4)
+    a, b = r.reserve((2 * ALIGN,), torch.uint8), r.reserve((ALIGN,), torch.uint8)
+    r.fence(b[0])
+    b[0].fence.done = True
+    assert r.reserve((2 * ALIGN,), torch.uint8) is None  # b is done but a (older) is not: only one block left
+    r.fence(a[0])
+    a[0].fence.done = True
+    assert r.reserve((4 * ALIGN,), torch.uint8)[0].start == 0  # both given back: the whole ring
+    assert r.reserve((5 * ALIGN,), torch.uint8) is None
+
+
+def test_a_view_has_the_shape_and_dtype_asked_and_blocks_never_overlap():
+    r = ring(8)
+    x, y = r.reserve((3, 5, 7), torch.bfloat16), r.reserve((2, 4), torch.float32)
+    assert x[1].shape == (3, 5, 7) and x[1].dtype == torch.bfloat16 and y[1].shape == (2, 4)
+    x[1].fill_(1.0)
+    y[1].fill_(2.0)
+    assert torch.all(x[1] == 1.0) and x[0].end <= y[0].start and x[0].start % ALIGN == y[0].start % ALIGN == 0
+
+
+def test_draws_through_a_ring_have_the_bits_of_pageable_draws_and_fall_back_when_it_is_full():
+    """Every set drawn into the ring or, once it is full, into pageable memory: the batches equal those of draws
+    with no ring, each ring block is fenced once its set is moved, and the blocks of moved sets are reused."""
+    spec = spec_from_dict(small())
+    keys = [key for case in spec.cases for key in draw_keys(spec, case)]
+    biggest = max(n * heads * spec.head_dim * 2 for _, _, n, heads in keys)  # bf16
+    r = ring(-(-biggest // ALIGN) + 1)  # the biggest set and a little: a case's other sets find it full
+    draws, plain = Draws(spec, "cpu", threads=2, ring=r), Draws(spec, "cpu", threads=2)
+    reserved, fenced = [], []
+    real_reserve, real_fence = r.reserve, r.fence
+    r.reserve = lambda *a: reserved.append(real_reserve(*a)) or reserved[-1]
+    r.fence = lambda block: fenced.append(block) or real_fence(block)
+    for case in spec.cases:
+        ringed, fresh = build_batch(spec, case, "cpu", draws), build_batch(spec, case, "cpu", plain)
+        for name in ("q", "k", "v", "k_cache", "v_cache"):
+            assert torch.equal(getattr(ringed, name), getattr(fresh, name)), (case, name)
+        for block in fenced:
+            block.fence.done = True
+    draws.close()
+    plain.close()
+    got = [x for x in reserved if x is not None]
+    assert got and len(got) < len(reserved)  # some sets in the ring, some found it full (pageable)
+    assert sorted(id(b) for b in fenced) == sorted(id(b) for b, _ in got)  # each ring set fenced once, when moved
+    assert len({b.start for b, _ in got}) < len(got)  # blocks reused after their copies were done
