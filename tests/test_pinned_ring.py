@@ -84,3 +84,24 @@ def test_draws_through_a_ring_have_the_bits_of_pageable_draws_and_fall_back_when
     assert got and len(got) < len(reserved)  # some sets in the ring, some found it full (pageable)
     assert sorted(id(b) for b in fenced) == sorted(id(b) for b, _ in got)  # each ring set fenced once, when moved
     assert len({b.start for b, _ in got}) < len(got)  # blocks reused after their copies were done
+
+
+def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set(monkeypatch):
+    """DETRUN_DRAW_RING_MB sizes the ring (1024 MiB unset); 0, counter draws or a task on the CPU: no ring."""
+    from detrun.envflags import TaskFlags
+    from detrun.run import worker
+    from detrun.stages import PINNED_RING, Stages
+
+    monkeypatch.setattr(worker, "PinnedRing", lambda nbytes: ("ring", nbytes))
+    runner = object.__new__(worker.ShardRunner)
+    runner.device, runner.spec, runner.stages = torch.device("cuda"), spec_from_dict(small()), Stages()
+    runner.flags = TaskFlags.parse({})
+    assert runner._ring() == ("ring", 1024 << 20) and runner.stages.counts[PINNED_RING] == 1
+    runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "64"})
+    assert runner._ring() == ("ring", 64 << 20)
+    runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "0"})
+    assert runner._ring() is None
+    runner.flags, runner.spec = TaskFlags.parse({}), spec_from_dict(small(draws="counter"))
+    assert runner._ring() is None
+    runner.spec, runner.device = spec_from_dict(small()), torch.device("cpu")
+    assert runner._ring() is None
