@@ -237,6 +237,14 @@ class Batch:
         return self.qo_indptr[1:].long() - 1
 
 
+def queued(host: torch.Tensor, device) -> torch.Tensor:
+    """A small host tensor on the device: on a GPU through pinned memory, a copy queued behind the stream's work (a
+    copy from pageable memory would hold the host until the stream's queued copies and kernels are done)."""
+    if torch.device(device).type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", draws: Optional[Draws] = None) -> Batch:
     names = spec.members(case)
     ps, hkv, hq, d = spec.page_size, spec.heads.kv, spec.heads.qo, spec.head_dim
@@ -279,7 +287,7 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
     def scatter(pages: List[int], start: int, count: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Tokens start..start+count-1 of a request (positions over its logical pages) into their slots."""
         pos = torch.arange(start, start + count)
-        where = torch.stack((phys[torch.tensor(pages, dtype=torch.long)[pos // ps]], pos % ps), dim=1).to(device)
+        where = queued(torch.stack((phys[torch.tensor(pages, dtype=torch.long)[pos // ps]], pos % ps), dim=1), device)
         k_cache[where[:, 0], where[:, 1]] = k
         v_cache[where[:, 0], where[:, 1]] = v
 
