@@ -86,22 +86,35 @@ def test_draws_through_a_ring_have_the_bits_of_pageable_draws_and_fall_back_when
     assert len({b.start for b, _ in got}) < len(got)  # blocks reused after their copies were done
 
 
-def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set(monkeypatch):
-    """DETRUN_DRAW_RING_MB sizes the ring (1024 MiB unset); 0, counter draws or a task on the CPU: no ring."""
+def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_sets(monkeypatch):
+    """DETRUN_DRAW_RING_MB sizes the ring (1024 MiB unset), or the bytes of the cells' sets when they take less;
+    0, counter draws, no cells (an isolated worker's: drawn when its cell runs) or a task on the CPU: no ring."""
     from detrun.envflags import TaskFlags
+    from detrun.kernels.inputs import ring_bytes
     from detrun.run import worker
+    from detrun.spec.matrix import cells_for
     from detrun.stages import PINNED_RING, Stages
 
     monkeypatch.setattr(worker, "PinnedRing", lambda nbytes: ("ring", nbytes))
     runner = object.__new__(worker.ShardRunner)
     runner.device, runner.spec, runner.stages = torch.device("cuda"), spec_from_dict(small()), Stages()
+    cells = list(cells_for(runner.spec, (0,)))
+    sets = ring_bytes(runner.spec, runner.spec.cases)
+    keys = {key[:2]: key for case in runner.spec.cases for key in draw_keys(runner.spec, case)}
+    assert sets == sum(-(-n * h * runner.spec.head_dim * 2 // ALIGN) * ALIGN for _, _, n, h in keys.values())
+    assert sets < 1 << 20  # the small job's sets: well under a MiB
     runner.flags = TaskFlags.parse({})
-    assert runner._ring() == ("ring", 1024 << 20) and runner.stages.counts[PINNED_RING] == 1
-    runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "64"})
-    assert runner._ring() == ("ring", 64 << 20)
+    assert runner._ring(cells) == ("ring", sets) and runner.stages.counts[PINNED_RING] == 1
+    big = spec_from_dict(small(requests={"long": {"qo_len": 1 << 16}}, cases={"only": ["long"]}))
+    runner.spec = big  # q: 65536 rows x 4 heads x 32 x 2 bytes = 16 MiB; k and v: 8 MiB each
+    assert runner._ring(list(cells_for(big, (0,)))) == ("ring", 32 << 20)
+    runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "16"})
+    assert runner._ring(list(cells_for(big, (0,)))) == ("ring", 16 << 20)
+    runner.spec = spec_from_dict(small())
+    assert runner._ring([]) is None
     runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "0"})
-    assert runner._ring() is None
+    assert runner._ring(cells) is None
     runner.flags, runner.spec = TaskFlags.parse({}), spec_from_dict(small(draws="counter"))
-    assert runner._ring() is None
+    assert runner._ring(cells) is None
     runner.spec, runner.device = spec_from_dict(small()), torch.device("cpu")
-    assert runner._ring() is None
+    assert runner._ring(cells) is None

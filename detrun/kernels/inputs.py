@@ -24,7 +24,7 @@ import torch
 from ..spec.model import JobSpec
 from ..stages import DRAW_MOVE, DRAW_WAIT
 from .digest import as_int64, mix, srl
-from .pinned_ring import Block, PinnedRing
+from .pinned_ring import Block, PinnedRing, block_bytes
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -150,6 +150,12 @@ def draw_keys(spec: JobSpec, case: str) -> List[DrawKey]:
         n = spec.request(name).qo_len
         keys += [("q", name, n, spec.heads.qo), ("k", name, n, spec.heads.kv), ("v", name, n, spec.heads.kv)]
     return keys
+
+
+def ring_bytes(spec: JobSpec, cases: Iterable[str]) -> int:
+    """The bytes the value sets these cases draw take in a pinned ring, each set once."""
+    keys = {key[:2]: key for case in cases for key in draw_keys(spec, case)}
+    return sum(block_bytes(n * heads * spec.head_dim, DTYPES[spec.dtype]) for _, _, n, heads in keys.values())
 
 
 @dataclass

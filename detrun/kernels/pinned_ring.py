@@ -20,6 +20,11 @@ import torch
 ALIGN = 512  # bytes: each block starts on this boundary
 
 
+def block_bytes(numel: int, dtype: torch.dtype) -> int:
+    """The bytes a block of numel values takes in the ring (whole ALIGNs)."""
+    return -(-numel * dtype.itemsize // ALIGN) * ALIGN
+
+
 @dataclass
 class Block:
     start: int
@@ -39,7 +44,7 @@ class PinnedRing:
 
     def reserve(self, shape: Tuple[int, ...], dtype: torch.dtype) -> Optional[Tuple[Block, torch.Tensor]]:
         """Room for a tensor of this shape and dtype: its block and a view of it; None when there is none."""
-        nbytes = -(-torch.Size(shape).numel() * dtype.itemsize // ALIGN) * ALIGN
+        nbytes = block_bytes(torch.Size(shape).numel(), dtype)
         with self.lock:
             self._reclaim()
             start = self._fit(nbytes)

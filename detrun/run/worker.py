@@ -31,7 +31,7 @@ from ..kernels.backends.base import (
 from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.digest_graphs import DigestGraphs
-from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads
+from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads, ring_bytes
 from ..kernels.pinned_ring import PinnedRing
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
@@ -178,12 +178,13 @@ class ShardRunner:
         # The task's flags, parsed once from its environment (Ray's runtime_env set the spec's env there): the
         # backend is built with them and the rows record them (a bad value set on a node fails the task, naming it)
         self.flags = TaskFlags.parse(os.environ, spec.env)
-        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work (into pinned
-        # memory on a GPU: each set's move is then a queued copy)
-        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages, ring=self._ring())
+        # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work (a task that runs
+        # its whole shard on a GPU: into pinned memory, so each set's move is a queued copy)
+        cells = list(cells_for(spec, shard.repeats)) if draw_first else []
+        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages, ring=self._ring(cells))
         self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
-            self._draw_first(list(cells_for(spec, shard.repeats)))
+            self._draw_first(cells)
         self.poisoned: Optional[str] = None  # why no cell of this task can run ("not run: ..." error rows)
         self.backend: Optional[AttentionBackend] = None
         self.environment_error = ""  # the task's environment is not the job's: no rows, the run stops (exit 2)
@@ -242,12 +243,14 @@ class ShardRunner:
         self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
 
-    def _ring(self) -> Optional[PinnedRing]:
-        """The pinned ring the draw threads write into (DETRUN_DRAW_RING_MB), on a GPU with CPU draws only."""
-        if self.device.type != "cuda" or self.spec.draws != "cpu" or not self.flags.draw_ring_mb:
+    def _ring(self, cells: List[Cell]) -> Optional[PinnedRing]:
+        """The pinned ring the draw threads write these cells' sets into, on a GPU with CPU draws: DETRUN_DRAW_RING_MB,
+        or less when the sets take less (a small job pins only what it draws)."""
+        if not cells or self.device.type != "cuda" or self.spec.draws != "cpu" or not self.flags.draw_ring_mb:
             return None
+        size = min(self.flags.draw_ring_mb << 20, ring_bytes(self.spec, dict.fromkeys(cell.case for cell in cells)))
         with self.stages(PINNED_RING):
-            return PinnedRing(self.flags.draw_ring_mb << 20)
+            return PinnedRing(size)
 
     def use_digest_stream(self, on: bool) -> None:
         """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a
