@@ -47,7 +47,7 @@ DEFAULT_DIGEST_GRAPHS = "on"  # docs/performance.md, "A cell's digest launch fro
 KERNEL_TRACER = "DETRUN_KERNEL_TRACER"
 KERNEL_TRACERS = ("auto", "cupti", "torch")  # docs/performance.md, "CUPTI's kernel records on an H100"
 DRAW_RING_MB = "DETRUN_DRAW_RING_MB"
-DEFAULT_DRAW_RING_MB = "1024"  # docs/performance.md, "The drawn sets through a pinned ring"
+DEFAULT_DRAW_RING_MB = "0"  # off until measured on a GPU: docs/performance.md, "The drawn sets through a pinned ring"
 
 
 def digest_depth(value: str) -> int:

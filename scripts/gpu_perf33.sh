@@ -8,7 +8,7 @@
 #            the change (the merge-base of this branch); carry .prev
 #   (device) bash scripts/gpu_perf33.sh        carry: .whl .prev
 #            DETRUN_GPU_ONLY="paged dgraph sweep-old draws sweep-w2 sweep-c2 sweep-w1 sweep-ng sweep-w4 bits": only those (sweep-w4,
-#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), sweep-hc (the same with draws: counter), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), cupti (bench/cupti_start.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8), sweep-cupti (DETRUN_KERNEL_TRACER=cupti), sweep-noring (DETRUN_DRAW_RING_MB=0: no pinned ring) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
+#            4 workers per GPU, profcost (bench/profile_cost.py), hostprof (bench/cell_profile.py), graphab (its rounds with digest graphs on and off), sweep-head (this code, one worker, against a Ray head started first), sweep-hc (the same with draws: counter), hostray (its rounds in a process and in a Ray task), profpre (CUPTI's set-up before the CUDA context and after), warm (the sweep's JIT modules compiled before the sweeps), wdog (bench/watchdog_cost.py), cupti (bench/cupti_start.py), sweep-d8 (DETRUN_DIGEST_DEPTH=8), sweep-cupti (DETRUN_KERNEL_TRACER=cupti), sweep-ring (DETRUN_DRAW_RING_MB=1024: the pinned ring) and threads (draws on 8 and 15 threads) run only when named; sweep-c2: draws: counter,
 #            2 workers; sweep-ng: DETRUN_DIGEST_GRAPHS=off, not in the bits check); DETRUN_PAGED_H200_ONLY=1: paged
 #            only on an H200 (three H100s measured it); DETRUN_GPU_BUDGET_S
 #            (280): a sweep needs 75 s of it left; DETRUN_SWEEP_JOB: another job for every sweep step (a smaller
@@ -138,8 +138,9 @@ only sweep-w2 && sweep_new sweep-w2 2
 only sweep-c2 && sweep_new sweep-c2 2 --set draws=counter  # other inputs: not in the bits check
 only sweep-w1 && sweep_new sweep-w1 1     # this code, one worker per GPU: the draws ahead without the workers
 only sweep-ng && sweep_new sweep-ng 1 --set env.DETRUN_DIGEST_GRAPHS=off  # the same, digests launched as before
-# this code with the drawn sets copied from pageable memory, as before the pinned ring (kernels/pinned_ring.py)
-named sweep-noring && sweep_new sweep-noring 1 --set env.DETRUN_DRAW_RING_MB=0
+# this code with the drawn sets and the slot indices moved through pinned memory (kernels/pinned_ring.py; off by default
+# until measured): queued copies instead of copies from pageable memory that hold the task's thread
+named sweep-ring && sweep_new sweep-ring 1 --set env.DETRUN_DRAW_RING_MB=1024
 if named sweep-head || named sweep-hc; then  # this code against a running Ray head (a nightly's cluster, --address)
   start_ray
   if (( ${#ADDR[@]} )); then
@@ -158,7 +159,7 @@ named sweep-d8 && sweep_new sweep-d8 1 --set env.DETRUN_DIGEST_DEPTH=8
 named sweep-cupti && sweep_new sweep-cupti 1 --set env.DETRUN_KERNEL_TRACER=cupti
 
 if only bits; then  # the same keys' digests across the runs: the run axis holds
-  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-noring sweep-ng sweep-head sweep-w4 sweep-d8 sweep-cupti; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
+  runs=(); for id in sweep-old sweep-w2 sweep-w1 sweep-ring sweep-ng sweep-head sweep-w4 sweep-d8 sweep-cupti; do [[ -f $RR/$id/manifest.json ]] && runs+=("$id"); done
   if (( ${#runs[@]} > 1 )); then
     python3 -m detrun.cli compare "${runs[@]}" --runs-root "$RR" > "$OUT/bits.log" 2>&1
     rc=$?

@@ -87,8 +87,8 @@ def test_draws_through_a_ring_have_the_bits_of_pageable_draws_and_fall_back_when
 
 
 def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_sets(monkeypatch):
-    """DETRUN_DRAW_RING_MB sizes the ring (1024 MiB unset), or the bytes of the cells' sets when they take less;
-    0, counter draws, no cells (an isolated worker's: drawn when its cell runs) or a task on the CPU: no ring."""
+    """DETRUN_DRAW_RING_MB sizes the ring, or the bytes of the cells' sets when they take less; unset or 0 (off until
+    measured on a GPU), counter draws, no cells (an isolated worker's) or a task on the CPU: no ring."""
     from detrun.envflags import TaskFlags
     from detrun.kernels.inputs import ring_bytes
     from detrun.run import worker
@@ -104,6 +104,8 @@ def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_se
     assert sets == sum(-(-n * h * runner.spec.head_dim * 2 // ALIGN) * ALIGN for _, _, n, h in keys.values())
     assert sets < 1 << 20  # the small job's sets: well under a MiB
     runner.flags = TaskFlags.parse({})
+    assert runner._ring(cells) is None  # unset: off
+    runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"})
     assert runner._ring(cells) == ("ring", sets) and runner.stages.counts[PINNED_RING] == 1
     big = spec_from_dict(small(requests={"long": {"qo_len": 1 << 16}}, cases={"only": ["long"]}))
     runner.spec = big  # q: 65536 rows x 4 heads x 32 x 2 bytes = 16 MiB; k and v: 8 MiB each
@@ -114,7 +116,7 @@ def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_se
     assert runner._ring([]) is None
     runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "0"})
     assert runner._ring(cells) is None
-    runner.flags, runner.spec = TaskFlags.parse({}), spec_from_dict(small(draws="counter"))
+    runner.flags, runner.spec = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"}), spec_from_dict(small(draws="counter"))
     assert runner._ring(cells) is None
     runner.spec, runner.device = spec_from_dict(small()), torch.device("cpu")
     assert runner._ring(cells) is None

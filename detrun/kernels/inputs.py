@@ -127,6 +127,14 @@ class Draws:
         seed, shape = stable_seed(self.spec.seed, kind, name), (n, heads, self.spec.head_dim)
         return counter_values(seed, shape, self.device).to(DTYPES[self.spec.dtype])
 
+    def move(self, host: torch.Tensor) -> torch.Tensor:
+        """A small host tensor (a case's slot indices) on the device. With a ring, through pinned memory: a copy queued
+        behind the stream's work (a copy from pageable memory holds the host until the stream's queued set copies and
+        kernels are done)."""
+        if self.ring is None or torch.device(self.device).type != "cuda":
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
     def close(self) -> None:
         """Stop the threads (sets started and not taken are dropped)."""
         if self.pool is not None:
@@ -243,14 +251,6 @@ class Batch:
         return self.qo_indptr[1:].long() - 1
 
 
-def queued(host: torch.Tensor, device) -> torch.Tensor:
-    """A small host tensor on the device: on a GPU through pinned memory, a copy queued behind the stream's work (a
-    copy from pageable memory would hold the host until the stream's queued copies and kernels are done)."""
-    if torch.device(device).type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
-
-
 def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", draws: Optional[Draws] = None) -> Batch:
     names = spec.members(case)
     ps, hkv, hq, d = spec.page_size, spec.heads.kv, spec.heads.qo, spec.head_dim
@@ -293,7 +293,7 @@ def build_batch(spec: JobSpec, case: str, device: torch.device | str = "cpu", dr
     def scatter(pages: List[int], start: int, count: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Tokens start..start+count-1 of a request (positions over its logical pages) into their slots."""
         pos = torch.arange(start, start + count)
-        where = queued(torch.stack((phys[torch.tensor(pages, dtype=torch.long)[pos // ps]], pos % ps), dim=1), device)
+        where = draws.move(torch.stack((phys[torch.tensor(pages, dtype=torch.long)[pos // ps]], pos % ps), dim=1))
         k_cache[where[:, 0], where[:, 1]] = k
         v_cache[where[:, 0], where[:, 1]] = v
 
