@@ -120,3 +120,27 @@ def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_se
     assert runner._ring(cells) is None
     runner.spec, runner.device = spec_from_dict(small()), torch.device("cpu")
     assert runner._ring(cells) is None
+
+
+def test_a_task_whose_pinned_memory_is_refused_goes_on_without_a_ring_and_says_so(monkeypatch):
+    """A refused allocation (cudaHostAlloc's error is a RuntimeError in torch) leaves the task with no ring and a note
+    naming the setting, not a failed task."""
+    from detrun.envflags import TaskFlags
+    from detrun.kernels.inputs import ring_bytes
+    from detrun.run import worker
+    from detrun.spec.matrix import cells_for
+    from detrun.stages import Stages
+
+    def refused(nbytes):
+        raise RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported")
+
+    monkeypatch.setattr(worker, "PinnedRing", refused)
+    runner = object.__new__(worker.ShardRunner)
+    runner.device, runner.spec, runner.stages = torch.device("cuda"), spec_from_dict(small()), Stages()
+    runner.flags, runner.ring_note = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"}), ""
+    cells = list(cells_for(runner.spec, (0,)))
+    assert runner._ring(cells) is None
+    size = ring_bytes(runner.spec, runner.spec.cases)
+    assert runner.ring_note.startswith(f"DETRUN_DRAW_RING_MB: {size:,} bytes of pinned memory not allocated "
+                                       "(RuntimeError: CUDA error: out of memory); the drawn sets are copied from")
+    assert "out of memory" in runner.ring_note and "\n" not in runner.ring_note

@@ -17,7 +17,7 @@ from typing import Callable, Deque, Dict, List, Optional, cast
 
 import torch
 
-from ..envflags import TaskFlags
+from ..envflags import DRAW_RING_MB, TaskFlags
 from ..errors import first_line
 from ..kernels import envinfo
 from ..kernels.backends.base import (
@@ -181,6 +181,7 @@ class ShardRunner:
         # request values drawn once per task, shared by its cases, on CPU threads beside the GPU work (a task that runs
         # its whole shard on a GPU: into pinned memory, so each set's move is a queued copy)
         cells = list(cells_for(spec, shard.repeats)) if draw_first else []
+        self.ring_note = ""  # why the task has no ring although it asked for one
         self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages, ring=self._ring(cells))
         self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
@@ -207,6 +208,7 @@ class ShardRunner:
                     self.environment_error = self.poisoned = str(exc)
                 except BackendUnavailable as exc:  # a torch kernel this device lacks: its rows say so
                     self.note = self.poisoned = str(exc)
+        self.note = "; ".join(n for n in (self.note, self.ring_note) if n)
         if isinstance(self.backend, KernelProfiling):  # the slot's tasks share the profiling (one per plan)
             self.backend.profile_share, self.backend.profile_from = profile_share(spec, shard), shard.repeats[0]
         with self.stages("environment"):
@@ -249,8 +251,13 @@ class ShardRunner:
         if not cells or self.device.type != "cuda" or self.spec.draws != "cpu" or not self.flags.draw_ring_mb:
             return None
         size = min(self.flags.draw_ring_mb << 20, ring_bytes(self.spec, dict.fromkeys(cell.case for cell in cells)))
-        with self.stages(PINNED_RING):
-            return PinnedRing(size)
+        try:
+            with self.stages(PINNED_RING):
+                return PinnedRing(size)
+        except RuntimeError as exc:  # the pinned memory refused: the task goes on as with no ring, and says so
+            self.ring_note = (f"{DRAW_RING_MB}: {size:,} bytes of pinned memory not allocated "
+                              f"({first_line(exc)}); the drawn sets are copied from pageable memory")
+            return None
 
     def use_digest_stream(self, on: bool) -> None:
         """Digests on a low-priority stream of their own, where they fill the SMs the next kernel (on a
