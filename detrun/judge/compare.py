@@ -27,7 +27,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -264,8 +264,22 @@ class _GroupJudge:
         return unexplained, explained
 
 
-def _order(r: dict, order: Dict[str, int]) -> tuple:
-    return order[r["run_id"]], r["slot"], r["case"], r["phase"] != "prefill", r["mode"], r["repeat"]
+def _in_order(cols: Columns, idx: np.ndarray) -> List[int]:
+    """The read indices idx in compare order: run (as given), slot, case, prefill first, mode, repeat, then index;
+    sorted on the columns' codes (strings by their rank among the dictionary's values)."""
+    def ranked(column: str, rank: Callable[[List[str]], Dict[str, int]]) -> np.ndarray:
+        names = cols.dictionary(column)
+        of = rank(names)
+        return np.array([of[v] for v in names] or [0], dtype=np.int64)[cols.codes(column)[idx]]
+
+    def by_value(names: List[str]) -> Dict[str, int]:
+        return {v: k for k, v in enumerate(sorted(names))}
+
+    runs = {run: i for i, run in enumerate(cols.runs)}
+    keys = (idx, cols.codes("repeat")[idx], ranked("mode", by_value),
+            ranked("phase", lambda names: {v: int(v != "prefill") for v in names}), ranked("case", by_value),
+            cols.codes("slot")[idx], ranked("run_id", lambda names: {v: runs.get(v, len(runs)) for v in names}))
+    return idx[np.lexsort(keys)].tolist()
 
 
 def _statuses(cols: Columns, result: Comparison) -> np.ndarray:
@@ -550,9 +564,9 @@ def compare_columns(cols: Columns, max_details: int = 3, strict: bool = False,
         else:
             per_axis[axis] = _axis_groups(ok[keep], group[keep], size, part[AXES[axis]][keep], req[keep],
                                           by_axis[axis][keep], nreq)
-    rows = cols.rows_in_memory(np.unique(np.concatenate([judged for _, _, judged in per_axis.values()])))
-    order = {run: i for i, run in enumerate(cols.runs)}
-    detail = sorted(rows, key=lambda i: (_order(rows[i], order), i))
+    judged_any = np.unique(np.concatenate([judged for _, _, judged in per_axis.values()]))
+    rows = cols.rows_in_memory(judged_any)
+    detail = _in_order(cols, judged_any)
     by_request: Dict[str, List[int]] = defaultdict(list)
     for i in detail:
         by_request[rows[i]["request"]].append(i)
