@@ -104,22 +104,23 @@ def test_a_task_on_a_gpu_with_cpu_draws_gets_a_ring_of_the_size_set_or_of_its_se
     assert sets == sum(-(-n * h * runner.spec.head_dim * 2 // ALIGN) * ALIGN for _, _, n, h in keys.values())
     assert sets < 1 << 20  # the small job's sets: well under a MiB
     runner.flags = TaskFlags.parse({})
-    assert runner._ring(cells) is None  # unset: off
+    assert runner._ring(cells, 8) is None  # unset: off
     runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"})
-    assert runner._ring(cells) == ("ring", sets) and runner.stages.counts[PINNED_RING] == 1
+    assert runner._ring(cells, 8) == ("ring", sets) and runner.stages.counts[PINNED_RING] == 1
+    assert runner._ring(cells, 1) is None  # one draw thread: the sets are drawn on the task's thread, no ring
     big = spec_from_dict(small(requests={"long": {"qo_len": 1 << 16}}, cases={"only": ["long"]}))
     runner.spec = big  # q: 65536 rows x 4 heads x 32 x 2 bytes = 16 MiB; k and v: 8 MiB each
-    assert runner._ring(list(cells_for(big, (0,)))) == ("ring", 32 << 20)
+    assert runner._ring(list(cells_for(big, (0,))), 8) == ("ring", 32 << 20)
     runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "16"})
-    assert runner._ring(list(cells_for(big, (0,)))) == ("ring", 16 << 20)
+    assert runner._ring(list(cells_for(big, (0,))), 8) == ("ring", 16 << 20)
     runner.spec = spec_from_dict(small())
-    assert runner._ring([]) is None
+    assert runner._ring([], 8) is None
     runner.flags = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "0"})
-    assert runner._ring(cells) is None
+    assert runner._ring(cells, 8) is None
     runner.flags, runner.spec = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"}), spec_from_dict(small(draws="counter"))
-    assert runner._ring(cells) is None
+    assert runner._ring(cells, 8) is None
     runner.spec, runner.device = spec_from_dict(small()), torch.device("cpu")
-    assert runner._ring(cells) is None
+    assert runner._ring(cells, 8) is None
 
 
 def test_a_task_whose_pinned_memory_is_refused_goes_on_without_a_ring_and_says_so(monkeypatch):
@@ -139,7 +140,7 @@ def test_a_task_whose_pinned_memory_is_refused_goes_on_without_a_ring_and_says_s
     runner.device, runner.spec, runner.stages = torch.device("cuda"), spec_from_dict(small()), Stages()
     runner.flags, runner.ring_note = TaskFlags.parse({"DETRUN_DRAW_RING_MB": "1024"}), ""
     cells = list(cells_for(runner.spec, (0,)))
-    assert runner._ring(cells) is None
+    assert runner._ring(cells, 8) is None
     size = ring_bytes(runner.spec, runner.spec.cases)
     assert runner.ring_note.startswith(f"DETRUN_DRAW_RING_MB: {size:,} bytes of pinned memory not allocated "
                                        "(RuntimeError: CUDA error: out of memory); the drawn sets are copied from")

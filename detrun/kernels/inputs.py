@@ -67,6 +67,12 @@ def draw_threads() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
+def on_threads(spec: JobSpec, threads: int) -> bool:
+    """Whether a task's value sets are drawn on CPU threads (and so may go through a pinned ring): CPU draws and more
+    than one thread (counter draws are made on the device)."""
+    return spec.draws == "cpu" and threads > 1
+
+
 class Draws:
     """One task's draws of request and prefix values, on its device in the spec's dtype (each drawn once).
 
@@ -80,7 +86,7 @@ class Draws:
         self.spec, self.device = spec, device
         self.stages = stages or (lambda name: contextlib.nullcontext())
         self.cache: Dict[Any, torch.Tensor] = {}
-        on_cpu = spec.draws == "cpu" and threads > 1  # counter draws are made on the device: no threads
+        on_cpu = on_threads(spec, threads)
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="detrun-draws") if on_cpu else None
         self.ring = ring if on_cpu else None
         self.ahead: Dict[Tuple[str, str], Tuple[Future, Optional[Block]]] = {}

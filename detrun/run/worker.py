@@ -31,7 +31,7 @@ from ..kernels.backends.base import (
 from ..kernels.backends.profiling import KernelProfiling
 from ..kernels.digest import PendingDigests, dtype_name, prewarm, ready, tensor_bytes
 from ..kernels.digest_graphs import DigestGraphs
-from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads, ring_bytes
+from ..kernels.inputs import DTYPES, Draws, build_batch, draw_keys, draw_threads, on_threads, ring_bytes
 from ..kernels.pinned_ring import PinnedRing
 from ..kernels.referror import RefErrors
 from ..record.keys import row_key
@@ -182,7 +182,8 @@ class ShardRunner:
         # its whole shard on a GPU: into pinned memory, so each set's move is a queued copy)
         cells = list(cells_for(spec, shard.repeats)) if draw_first else []
         self.ring_note = ""  # why the task has no ring although it asked for one
-        self.draws = Draws(spec, self.device, draw_threads(), stages=self.stages, ring=self._ring(cells))
+        threads = draw_threads()
+        self.draws = Draws(spec, self.device, threads, stages=self.stages, ring=self._ring(cells, threads))
         self.drew_first = draw_first  # run() starts them otherwise
         if draw_first:
             self._draw_first(cells)
@@ -245,10 +246,10 @@ class ShardRunner:
         self.ref_errors = RefErrors(spec, self.device) if spec.reference_error != "none" else None
         self.collector = Collector(self.stages)  # gc pauses timed; the long-lived heap frozen while cells run
 
-    def _ring(self, cells: List[Cell]) -> Optional[PinnedRing]:
-        """The pinned ring the draw threads write these cells' sets into, on a GPU with CPU draws: DETRUN_DRAW_RING_MB,
-        or less when the sets take less (a small job pins only what it draws)."""
-        if not cells or self.device.type != "cuda" or self.spec.draws != "cpu" or not self.flags.draw_ring_mb:
+    def _ring(self, cells: List[Cell], threads: int) -> Optional[PinnedRing]:
+        """The pinned ring the draw threads write these cells' sets into, on a GPU where the sets are drawn on threads:
+        DETRUN_DRAW_RING_MB, or less when the sets take less (a small job pins only what it draws)."""
+        if not (cells and self.device.type == "cuda" and on_threads(self.spec, threads) and self.flags.draw_ring_mb):
             return None
         size = min(self.flags.draw_ring_mb << 20, ring_bytes(self.spec, dict.fromkeys(cell.case for cell in cells)))
         try:
