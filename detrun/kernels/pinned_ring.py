@@ -44,7 +44,8 @@ class PinnedRing:
 
     def reserve(self, shape: Tuple[int, ...], dtype: torch.dtype) -> Optional[Tuple[Block, torch.Tensor]]:
         """Room for a tensor of this shape and dtype: its block and a view of it; None when there is none."""
-        nbytes = block_bytes(torch.Size(shape).numel(), dtype)
+        numel = torch.Size(shape).numel()
+        nbytes = block_bytes(numel, dtype)
         with self.lock:
             self._reclaim()
             start = self._fit(nbytes)
@@ -53,8 +54,7 @@ class PinnedRing:
             block = Block(start, start + nbytes)
             self.blocks.append(block)
             self.head = block.end
-        count = torch.Size(shape).numel() * dtype.itemsize
-        return block, self.buffer[start:start + count].view(dtype).view(shape)
+        return block, self.buffer[start:start + numel * dtype.itemsize].view(dtype).view(shape)
 
     def fence(self, block: Block) -> None:
         """The copy reading the block is queued on the current stream: the block is free once it is done."""
